@@ -1,0 +1,7 @@
+"""Numerical layer of cvxdp: numpy/scipy only, never imports cvxpy.
+
+Every method takes arrays and returns a :class:`solvers.result.SolverResult`.
+"""
+from .result import SolverResult
+
+__all__ = ["SolverResult"]

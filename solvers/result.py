@@ -1,0 +1,65 @@
+"""What every numerical method in :mod:`solvers` returns.
+
+The status strings are cvxpy's own literals, so the cvxpy-facing layer can pass
+them through unchanged; this package does not import cvxpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+OPTIMAL = "optimal"
+OPTIMAL_INACCURATE = "optimal_inaccurate"
+INFEASIBLE = "infeasible"
+INFEASIBLE_INACCURATE = "infeasible_inaccurate"
+USER_LIMIT = "user_limit"
+SOLVER_ERROR = "solver_error"
+
+#: statuses for which ``SolverResult.x`` holds a usable point
+SOLUTION_PRESENT = (OPTIMAL, OPTIMAL_INACCURATE, USER_LIMIT)
+
+
+@dataclass
+class SolverResult:
+    """Solution, certificates and bookkeeping of one solve.
+
+    Attributes
+    ----------
+    x : the primal solution (``None`` when infeasible).
+    status : one of the module-level status strings.
+    objective : objective value at ``x``.
+    lower_bound : a certified lower bound on the optimal value (``-inf`` if none).
+    gap : ``(objective - lower_bound) / max(1, |objective|)``.
+    duals : multipliers keyed by constraint block (``"eq"``, ``"lower"``,
+        ``"upper"``, ``"order"``), in the sign convention documented by the method.
+    iterations : number of iterations run.
+    primal_residual, dual_residual : final residual norms.
+    setup_time, solve_time : seconds spent factorizing/preparing and iterating.
+    history : per-iteration records (the verbose table).
+    info : anything method specific (rho, polish outcome, certificates ...).
+    state : what a warm start needs to resume.
+    """
+
+    x: np.ndarray | None
+    status: str
+    objective: float = float("nan")
+    lower_bound: float = float("-inf")
+    gap: float = float("inf")
+    duals: dict[str, np.ndarray] = field(default_factory=dict)
+    iterations: int = 0
+    primal_residual: float = float("nan")
+    dual_residual: float = float("nan")
+    setup_time: float = 0.0
+    solve_time: float = 0.0
+    history: list[dict[str, float]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def relative_gap(objective: float, lower_bound: float) -> float:
+    """``(objective - lower_bound) / max(1, |objective|)``, never negative."""
+    if not np.isfinite(objective) or not np.isfinite(lower_bound):
+        return float("inf")
+    return max(0.0, objective - lower_bound) / max(1.0, abs(objective))

@@ -1,0 +1,416 @@
+"""Rooted forests and the O(n) least-squares projection onto tree consistency.
+
+A *consistent* forest assigns values ``x`` to nodes such that every internal
+node equals the sum of its children plus an offset,
+
+    x_p = sum_{c in children(p)} x_c + b_p .                       (Hay et al. 2010, eq. 4 of Lee et al. 2015)
+
+:class:`TreeLSQ` computes the weighted least-squares projection
+
+    minimize  sum_v a_v (x_v - v_v)^2   subject to consistency      (Hay et al., VLDB 2010, Thm 3)
+
+with two linear passes.  Bottom up, each subtree's optimal cost as a function
+of its root value is a quadratic ``(t - beta_v)^2 / kappa_v``: ``beta_v`` is the
+best estimate of ``x_v`` from the subtree and ``kappa_v`` its variance.  Children
+combine by adding estimates and variances; a node then averages its own
+measurement (variance ``1/a_v``) with the children's sum, weighting by
+precision.  Top down, a parent's final value is split among its children in
+proportion to their variances.  With unit weights on a complete k-ary tree this
+is exactly the two-pass algorithm of Hay et al. (:func:`hay_projection`).
+
+Weights may be ``inf`` (the node is fixed to ``v_v``) or ``0`` (no measurement):
+the polishing step of ADMM uses both.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Forest", "TreeLSQ", "hay_projection", "forest_from_rows"]
+
+# Relative tolerance to call two row coefficients equal when recognising the
+# "parent minus children" pattern in a user's sparse matrix.
+_PATTERN_RTOL = 1e-12
+
+
+class Forest:
+    """A rooted forest stored in level (breadth-first) order.
+
+    Parameters
+    ----------
+    parent : int array of length n; ``parent[v] = -1`` for roots.
+
+    Internally nodes are renumbered breadth first so that the children of every
+    node are contiguous and each level is a contiguous block; ``order[k]`` is the
+    original index of the node at BFS position ``k``.
+    """
+
+    def __init__(self, parent: np.ndarray) -> None:
+        parent = np.asarray(parent)
+        if parent.ndim != 1 or not np.issubdtype(parent.dtype, np.integer):
+            raise ValueError(f"parent must be a 1-D integer array, got dtype {parent.dtype} "
+                             f"and shape {parent.shape}")
+        n = parent.size
+        if n and (parent.min() < -1 or parent.max() >= n):
+            raise ValueError("parent entries must be -1 (root) or a node index in [0, n)")
+        if np.any(parent == np.arange(n)):
+            raise ValueError("a node cannot be its own parent")
+        self.n = n
+        self.parent = parent.astype(np.int64, copy=True)
+        depth = _depths(self.parent)
+        # BFS order: by depth, then by the BFS position of the parent, then index.
+        order = np.empty(n, dtype=np.int64)
+        pos = np.empty(n, dtype=np.int64)
+        roots = np.flatnonzero(self.parent < 0)
+        order[: roots.size] = roots
+        pos[roots] = np.arange(roots.size)
+        bounds = [0, roots.size]
+        nodes_by_depth = np.argsort(depth, kind="stable")
+        depth_sorted = depth[nodes_by_depth]
+        max_depth = int(depth.max()) if n else -1
+        cuts = np.searchsorted(depth_sorted, np.arange(max_depth + 2))
+        for d in range(1, max_depth + 1):
+            nodes = nodes_by_depth[cuts[d]:cuts[d + 1]]
+            key = pos[self.parent[nodes]]
+            nodes = nodes[np.argsort(key, kind="stable")]
+            s = bounds[-1]
+            order[s: s + nodes.size] = nodes
+            pos[nodes] = np.arange(s, s + nodes.size)
+            bounds.append(s + nodes.size)
+        self.order = order
+        self.pos = pos
+        self.level_bounds = bounds              # level d occupies BFS positions [bounds[d], bounds[d+1])
+        self.depth = depth
+        self.n_levels = len(bounds) - 1
+        # Parent of each BFS position, in BFS positions (-1 for roots).
+        ppos = np.full(n, -1, dtype=np.int64)
+        nonroot = self.parent[order] >= 0
+        ppos[nonroot] = pos[self.parent[order][nonroot]]
+        self._ppos = ppos
+        # Child blocks per level: for level d >= 1, the distinct parents (BFS
+        # positions, increasing) and where each one's block starts in the level.
+        self._blocks = [None]
+        for d in range(1, self.n_levels):
+            s, e = bounds[d], bounds[d + 1]
+            pp = ppos[s:e]
+            starts = np.flatnonzero(np.r_[True, pp[1:] != pp[:-1]])
+            sizes = np.diff(np.r_[starts, e - s])
+            k = int(sizes[0]) if sizes.size and np.all(sizes == sizes[0]) else 0
+            self._blocks.append((pp[starts], starts, sizes, k))
+        counts = np.bincount(ppos[ppos >= 0], minlength=n) if n else np.zeros(0, np.int64)
+        self._n_children_pos = counts
+        self.is_internal = np.zeros(n, dtype=bool)
+        self.is_internal[order[counts > 0]] = True
+        self._identity = bool(np.array_equal(order, np.arange(n)))
+        # parents of level d are a contiguous range when every node of level d-1
+        # has children (complete trees): then slices replace fancy indexing.
+        self._parent_slices = [None]
+        for d in range(1, self.n_levels):
+            parents = self._blocks[d][0]
+            contiguous = parents.size and parents[-1] - parents[0] + 1 == parents.size
+            self._parent_slices.append(slice(int(parents[0]), int(parents[-1]) + 1)
+                                       if contiguous else parents)
+
+    # ------------------------------------------------- level-wise primitives
+    def _to_bfs(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        return x.copy() if self._identity else x[self.order]
+
+    def _from_bfs(self, xp: np.ndarray) -> np.ndarray:
+        if self._identity:
+            return xp
+        out = np.empty(self.n)
+        out[self.order] = xp
+        return out
+
+    def _block_sum(self, d: int, vals: np.ndarray) -> np.ndarray:
+        """Per-parent sums of ``vals`` (values of level ``d``, BFS order)."""
+        _, starts, _, k = self._blocks[d]
+        if 0 < k <= 8:
+            out = vals[0::k].copy()
+            for j in range(1, k):
+                out += vals[j::k]
+            return out
+        return np.add.reduceat(vals, starts)
+
+    def _expand(self, d: int, per_parent: np.ndarray) -> np.ndarray:
+        """Repeat per-parent values over the children of level ``d``."""
+        _, _, sizes, k = self._blocks[d]
+        return np.repeat(per_parent, k if k else sizes)
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def internal(self) -> np.ndarray:
+        """Original indices of internal nodes (those with children), ascending."""
+        return np.flatnonzero(self.is_internal)
+
+    @property
+    def leaves(self) -> np.ndarray:
+        """Original indices of leaves, ascending."""
+        return np.flatnonzero(~self.is_internal)
+
+    def children_sum(self, x: np.ndarray) -> np.ndarray:
+        """``s_p = sum of x over the children of p`` (zero for leaves), original order."""
+        xp = self._to_bfs(x)
+        out = np.zeros(self.n)
+        for d in range(1, self.n_levels):
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
+            out[self._parent_slices[d]] = self._block_sum(d, xp[s:e])
+        return self._from_bfs(out)
+
+    def residual(self, x: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """``x_p - sum_children x_c - b_p`` for every internal node (ascending index)."""
+        x = np.asarray(x, dtype=float)
+        r = x - self.children_sum(x)
+        if b is not None:
+            r = r - b
+        return r[self.is_internal]
+
+    def sum_up(self, x: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """Keep the leaves of ``x`` and recompute every internal node bottom up."""
+        xp = self._to_bfs(x)
+        bp = None if b is None else self._to_bfs(b)
+        for d in range(self.n_levels - 1, 0, -1):
+            par = self._parent_slices[d]
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
+            xp[par] = self._block_sum(d, xp[s:e])
+            if bp is not None:
+                xp[par] += bp[par]
+        return self._from_bfs(xp)
+
+    def consistency_matrix(self) -> sp.csr_matrix:
+        """Rows ``x_p - sum_c x_c`` for internal nodes ``p`` in ascending index order."""
+        internal = self.internal
+        row_of = np.full(self.n, -1, dtype=np.int64)
+        row_of[internal] = np.arange(internal.size)
+        child = np.flatnonzero(self.parent >= 0)
+        rows = np.r_[np.arange(internal.size), row_of[self.parent[child]]]
+        cols = np.r_[internal, child]
+        vals = np.r_[np.ones(internal.size), -np.ones(child.size)]
+        return sp.csr_matrix((vals, (rows, cols)), shape=(internal.size, self.n))
+
+    def multipliers(self, g: np.ndarray) -> np.ndarray:
+        """Solve ``C^T lam = g`` for ``lam`` (one per internal node, ascending index),
+        where ``C = consistency_matrix()``.
+
+        ``(C^T lam)_v = lam_v [v internal] - lam_parent(v) [v not a root]``, so
+        top down: ``lam_root = g_root`` and ``lam_v = g_v + lam_parent(v)``.  Exact
+        when ``g`` lies in the range of ``C^T``; callers project first.
+        """
+        gp = self._to_bfs(g)
+        lam = np.zeros(self.n)
+        s0, e0 = self.level_bounds[0], self.level_bounds[1]
+        lam[s0:e0] = gp[s0:e0]
+        for d in range(1, self.n_levels):
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
+            lam[s:e] = gp[s:e] + self._expand(d, lam[self._parent_slices[d]])
+        return self._from_bfs(lam)[self.is_internal]
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every node by pointer jumping (list ranking), O(n log depth).
+
+    Raises ``ValueError`` if the parent pointers contain a cycle.
+    """
+    anc = parent.copy()
+    dist = (anc >= 0).astype(np.int64)
+    for _ in range(64):
+        active = anc >= 0
+        if not active.any():
+            return dist
+        a = np.where(active, anc, 0)
+        new_dist = np.where(active, dist + dist[a], dist)
+        new_anc = np.where(active, anc[a], -1)
+        if np.any(new_dist > parent.size):
+            break
+        dist, anc = new_dist, new_anc
+    raise ValueError("parent array contains a cycle")
+
+
+class TreeLSQ:
+    """Weighted least-squares projection onto consistency of a :class:`Forest`.
+
+    Parameters
+    ----------
+    forest : the forest.
+    weights : ``a_v >= 0`` per node (default ones); ``inf`` fixes a node to its
+        input value, ``0`` leaves it unmeasured.
+
+    The coefficients of both passes depend only on the weights, so they are
+    computed once here and every :meth:`project` costs a handful of vector
+    operations per level.
+    """
+
+    def __init__(self, forest: Forest, weights: np.ndarray | None = None) -> None:
+        self.forest = f = forest
+        n = f.n
+        a = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+        if a.shape != (n,):
+            raise ValueError(f"weights must have shape ({n},), got {a.shape}")
+        if np.any(np.isnan(a)) or np.any(a < 0):
+            raise ValueError("weights must be non-negative (inf fixes a node)")
+        a = a[f.order]
+        with np.errstate(divide="ignore"):
+            kself = 1.0 / a                    # inf for unmeasured, 0 for fixed
+        kappa = np.zeros(n)
+        kchild = np.zeros(n)                   # variance of the children's sum (per parent)
+        cself = np.ones(n)                     # weight of own measurement in beta
+        share = np.zeros(n)                    # share of parent's correction per child
+        has_children = f._n_children_pos > 0
+        for d in range(f.n_levels - 1, -1, -1):
+            s, e = f.level_bounds[d], f.level_bounds[d + 1]
+            if d + 1 < f.n_levels:
+                parents, starts, _, _ = f._blocks[d + 1]
+                s1, e1 = f.level_bounds[d + 1], f.level_bounds[d + 2]
+                kchild[parents] = np.add.reduceat(kappa[s1:e1], starts)
+            ks, kc, hc = kself[s:e], kchild[s:e], has_children[s:e]
+            c = np.ones(e - s)
+            k = ks.copy()
+            both_inf = hc & np.isinf(ks) & np.isinf(kc)
+            own_inf = hc & np.isinf(ks) & ~np.isinf(kc)
+            ch_inf = hc & ~np.isinf(ks) & np.isinf(kc)
+            reg = hc & ~np.isinf(ks) & ~np.isinf(kc)
+            den = ks + kc
+            reg_pos = reg & (den > 0)
+            c[reg_pos] = kc[reg_pos] / den[reg_pos]
+            k[reg_pos] = ks[reg_pos] * kc[reg_pos] / den[reg_pos]
+            reg_zero = reg & (den == 0)        # fixed node with fixed children
+            c[reg_zero] = 1.0
+            k[reg_zero] = 0.0
+            c[own_inf] = 0.0
+            k[own_inf] = kc[own_inf]
+            c[ch_inf] = 1.0
+            k[ch_inf] = ks[ch_inf]
+            c[both_inf] = 0.0
+            k[both_inf] = np.inf
+            cself[s:e] = c
+            kappa[s:e] = k
+        for d in range(1, f.n_levels):
+            s, e = f.level_bounds[d], f.level_bounds[d + 1]
+            parents, starts, sizes, _ = f._blocks[d]
+            kc = np.repeat(kchild[parents], sizes)
+            kk = kappa[s:e]
+            sh = np.zeros(e - s)
+            fin = np.isfinite(kc) & (kc > 0)
+            sh[fin] = kk[fin] / kc[fin]
+            infp = ~np.isfinite(kc)
+            if infp.any():
+                n_inf = np.add.reduceat(np.isinf(kk).astype(float), starts)
+                n_inf = np.repeat(n_inf, sizes)
+                sh[infp] = np.where(np.isinf(kk[infp]), 1.0 / n_inf[infp], 0.0)
+            share[s:e] = sh
+        self._cself = cself
+        self._share = share
+        self._unit = weights is None
+
+    def project(self, v: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """The weighted projection of ``v`` onto ``{x : x_p = sum_c x_c + b_p}``."""
+        f = self.forest
+        vp = f._to_bfs(v)
+        bp = None if b is None else f._to_bfs(b)
+        beta = vp.copy()
+        csum = np.zeros(f.n)
+        cself = self._cself
+        for d in range(f.n_levels - 1, 0, -1):
+            par = f._parent_slices[d]
+            s, e = f.level_bounds[d], f.level_bounds[d + 1]
+            cs = f._block_sum(d, beta[s:e])
+            if bp is not None:
+                cs += bp[par]
+            csum[par] = cs
+            c = cself[par]
+            beta[par] = c * vp[par] + (1.0 - c) * cs
+        x = beta                                # roots keep beta; overwrite below
+        for d in range(1, f.n_levels):
+            par = f._parent_slices[d]
+            s, e = f.level_bounds[d], f.level_bounds[d + 1]
+            corr = x[par] - csum[par]
+            x[s:e] += self._share[s:e] * f._expand(d, corr)
+        return f._from_bfs(x)
+
+
+def hay_projection(v: np.ndarray, branching: int) -> np.ndarray:
+    """Hay et al. (VLDB 2010, Thm 3) two-pass least squares for a complete
+    ``branching``-ary tree stored breadth first (root first).
+
+    Pass 1 (bottom up, height ``l`` = 1 for leaves):
+    ``z_v = (k^l - k^(l-1)) / (k^l - 1) * v_v + (k^(l-1) - 1) / (k^l - 1) * sum_children z_c``.
+    Pass 2 (top down): ``x_v = z_v + (x_parent - sum_siblings z) / k``.
+    """
+    v = np.asarray(v, dtype=float)
+    k = int(branching)
+    n = v.size
+    h = 0
+    size = 1
+    while size < n:
+        h += 1
+        size = (k ** (h + 1) - 1) // (k - 1)
+    if size != n:
+        raise ValueError(f"v has {n} entries, not the size of a complete {k}-ary tree")
+    starts = [(k ** l - 1) // (k - 1) for l in range(h + 2)]
+    z = v.copy()
+    for depth in range(h - 1, -1, -1):
+        l = h - depth + 1                      # height counted from leaves = 1
+        s, e = starts[depth], starts[depth + 1]
+        kids = z[e: starts[depth + 2]].reshape(-1, k).sum(axis=1)
+        z[s:e] = ((k ** l - k ** (l - 1)) * v[s:e] + (k ** (l - 1) - 1) * kids) / (k ** l - 1)
+    x = z.copy()
+    for depth in range(h):
+        s, e = starts[depth], starts[depth + 1]
+        kids = z[e: starts[depth + 2]].reshape(-1, k)
+        corr = (x[s:e] - kids.sum(axis=1)) / k
+        x[e: starts[depth + 2]] = (kids + corr[:, None]).ravel()
+    return x
+
+
+def forest_from_rows(A: sp.spmatrix, b: np.ndarray | None = None):
+    """Recognise ``A x = b`` as forest consistency ``s_r (x_p - sum_c x_c) = b_r``.
+
+    Returns ``(forest, row_parent, row_scale, offsets)`` where ``row_parent[r]`` is
+    the parent node of row ``r``, ``row_scale[r] = s_r`` and ``offsets`` holds
+    ``b_r / s_r`` at each parent (zero elsewhere); or ``None`` if some row is not
+    of that form, a node is the child of two rows or the parent of two, or the
+    rows form a cycle.
+    """
+    A = sp.csr_matrix(A)
+    A.sum_duplicates()
+    A.eliminate_zeros()
+    p, n = A.shape
+    if p == 0:
+        return None
+    nnz_row = np.diff(A.indptr)
+    if np.any(nnz_row < 2):
+        return None
+    data, cols = A.data, A.indices
+    row_id = np.repeat(np.arange(p), nnz_row)
+    pos = data > 0
+    npos = np.bincount(row_id, weights=pos.astype(float), minlength=p).astype(np.int64)
+    nneg = nnz_row - npos
+    # parent sign: the sign that appears exactly once (positive wins a 1-1 tie)
+    parent_positive = npos == 1
+    parent_negative = (nneg == 1) & ~parent_positive
+    if not np.all(parent_positive | parent_negative):
+        return None
+    is_parent_entry = np.where(parent_positive[row_id], pos, ~pos)
+    par_idx = np.flatnonzero(is_parent_entry)
+    if par_idx.size != p:
+        return None
+    row_parent = cols[par_idx]
+    row_scale = data[par_idx]
+    child_idx = np.flatnonzero(~is_parent_entry)
+    child_rows = row_id[child_idx]
+    if not np.allclose(data[child_idx], -row_scale[child_rows], rtol=_PATTERN_RTOL, atol=0):
+        return None
+    children = cols[child_idx]
+    if np.unique(row_parent).size != p or np.unique(children).size != children.size:
+        return None
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[children] = row_parent[child_rows]
+    try:
+        forest = Forest(parent)
+    except ValueError:
+        return None
+    offsets = np.zeros(n)
+    if b is not None:
+        offsets[row_parent] = np.asarray(b, dtype=float) / row_scale
+    return forest, row_parent, row_scale, offsets
