@@ -1,5 +1,26 @@
-"""cvxdp: differentially private post-processing as cvxpy models."""
-from .measurement import Measurement
-from .losses import nll, elastic_net
+"""cvxdp: differentially private post-processing as cvxpy models.
 
-__all__ = ["Measurement", "nll", "elastic_net"]
+Write the problem in cvxpy; solve it with a structure-exploiting cvxdp method or
+with any standard solver by changing one word::
+
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    prob.solve(method="cvxdp", solver=cp.CLARABEL)
+"""
+import logging as _logging
+
+import cvxpy as _cp
+
+from . import mechanisms, workloads
+from .constraints import TreeConsistent, consistent, ordered
+from .dispatch import ADMM, METHODS, solve
+from .errors import NotRecognised
+from .losses import elastic_net, nll
+from .measurement import Measurement
+
+__version__ = "0.1.0"
+
+__all__ = ["ADMM", "METHODS", "Measurement", "NotRecognised", "TreeConsistent", "consistent",
+           "elastic_net", "mechanisms", "nll", "ordered", "solve", "workloads"]
+
+_logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
+_cp.Problem.register_solve("cvxdp", solve)

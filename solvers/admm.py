@@ -444,7 +444,7 @@ class _SeparableADMM(_Base):
             g_total = -lam_c
         else:
             g_total = np.zeros(self.n)
-        s_lo, s_up = self.f.subgradient_at(x, g_total)
+        s_lo, s_up = self.f.subgradient_at(x, g_total, self.s.eps_abs)
         out["lower"] = s_lo
         out["upper"] = s_up
         return out

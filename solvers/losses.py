@@ -70,18 +70,20 @@ class SeparableLoss:
         x = self.y + soft_threshold(r, self.w1 / rho) / (1.0 + self.w2 / rho)
         return self.clip(x)
 
-    def subgradient_at(self, x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def subgradient_at(self, x: np.ndarray, g: np.ndarray, tol: float = 0.0
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """Split a total subgradient ``g in df(x)`` into the loss part and the
-        bound multiplier: ``g = g_loss - s_lower + s_upper`` with ``s >= 0``.
-        Returns ``(s_lower, s_upper)``."""
+        bound multipliers, ``g = g_loss - s_lower + s_upper`` with ``s >= 0`` and
+        ``s`` nonzero only where ``x`` is within ``tol`` of that bound.  Any other
+        mismatch between ``g`` and the loss's subdifferential is a dual residual
+        and is dropped.  Returns ``(s_lower, s_upper)``."""
         r = x - self.y
-        lo = self.w2 * r - self.w1 * (r <= 0) + self.w1 * (r > 0)
-        hi = self.w2 * r + self.w1 * (r >= 0) - self.w1 * (r < 0)
-        # subdifferential of the loss at r: [lo, hi]; lo == hi unless r == 0 and w1 > 0
-        g_loss = np.clip(g, lo, hi)
-        extra = g - g_loss
-        s_lower = np.maximum(-extra, 0.0)
-        s_upper = np.maximum(extra, 0.0)
+        kink = (self.w1 > 0) & (r == 0)
+        smooth = self.w2 * r + self.w1 * np.sign(r)
+        lo = np.where(kink, -self.w1, smooth)
+        hi = np.where(kink, self.w1, smooth)
+        s_lower = np.where(x <= self.lower + tol, np.maximum(lo - g, 0.0), 0.0)
+        s_upper = np.where(x >= self.upper - tol, np.maximum(g - hi, 0.0), 0.0)
         return s_lower, s_upper
 
     def conjugate(self, s: np.ndarray) -> np.ndarray:

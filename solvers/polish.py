@@ -39,6 +39,8 @@ _SLACK = 1e-9
 _HEAVY = 1e7
 # A held residual that moves by more than this (relative to max |y|) is released.
 _MOVE_RTOL = 1e-12
+# A held residual that moves by this fraction of the conflict it resolves is released.
+_CONFLICT_FRACTION = 1e-3
 # Active-set correction rounds before giving up on this iterate.
 _ROUNDS = 6
 
@@ -74,20 +76,25 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
 
     x = None
     for _ in range(_ROUNDS):
-        # Stage 1: zero residuals held by a heavy but finite weight.  A node with
-        # tiny |y| next to a bound can look like a zero residual while the optimum
-        # has it on the bound; the heavy weight lets such conflicts resolve and the
-        # nodes that moved are released (with the sign of their move).
-        x = solve_with(np.where(zero_res, _HEAVY * solver.rho, 0.0))
-        if x is None:
-            return None
-        moved = zero_res & (np.abs(x - y) > tight)
-        sigma = np.where(moved, np.sign(x - y), sigma)
-        zero_res &= ~moved
-        # Stage 2: the remaining zero residuals exactly.
         x = solve_with(np.where(zero_res, np.inf, 0.0))
         if x is None:
             return None
+        resid = float(np.max(np.abs(proj.residual(x)), initial=0.0))
+        if resid > feas_tol and zero_res.any():
+            # The fixed values conflict: a node with tiny |y| next to a bound can look
+            # like a zero residual while the optimum has it on the bound.  Holding the
+            # zero residuals by a heavy but finite weight lets the conflict resolve;
+            # nodes that move by a good fraction of the conflict are released.
+            xs = solve_with(np.where(zero_res, _HEAVY * solver.rho, 0.0))
+            if xs is None:
+                return None
+            move = np.abs(xs - y)
+            moved = zero_res & (move > max(tight, _CONFLICT_FRACTION * resid))
+            sigma = np.where(moved, np.sign(xs - y), sigma)
+            zero_res &= ~moved
+            x = solve_with(np.where(zero_res, np.inf, 0.0))
+            if x is None:
+                return None
         # Active-set corrections: free nodes past a bound join the bound; free
         # L1 nodes whose residual changed sign have a zero residual at the optimum.
         free = ~(at_lo | at_hi | zero_res)

@@ -1,0 +1,191 @@
+"""``prob.solve(method="cvxdp", solver=...)``: recognise -> extract -> solve -> write back.
+
+``solver`` is a cvxdp method name (:data:`ADMM`) or any cvxpy solver name, which
+is passed straight to ``Problem.solve``.  ``solver=None`` picks the first cvxdp
+method that recognises the problem.  A problem the chosen method does not
+recognise raises :class:`cvxdp.NotRecognised`; ``fallback=cp.CLARABEL`` opts in
+to solving it with a standard solver instead.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+import cvxpy as cp
+
+from ._cvxpy_compat import write_solution
+from .errors import NotRecognised
+from .interfaces.admm import ADMMMethod
+from .interfaces.base import Method
+
+__all__ = ["solve", "ADMM", "METHODS"]
+
+LOGGER = logging.getLogger("cvxdp")
+
+ADMM = ADMMMethod.name
+
+#: cvxdp methods in the order ``solver=None`` tries them
+METHODS: dict[str, Method] = {ADMM: ADMMMethod()}
+_ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM}
+
+#: options every cvxdp method understands
+SHARED_OPTIONS = ("max_iters", "eps_abs", "eps_rel", "time_limit", "warm_start", "verbose",
+                  "callback", "verify", "fallback")
+# cvxpy's own Problem.solve keywords that make sense only for its solvers
+_CVXPY_ONLY = ("gp", "qcp", "requires_grad", "enforce_dpp", "ignore_dpp", "canon_backend")
+
+
+def _method_for(name) -> Method | None:
+    if name is None:
+        return None
+    key = _ALIASES.get(str(name).upper())
+    return METHODS.get(key) if key else None
+
+
+def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | None = None,
+          verify: str | None = None, warm_start: bool = True, verbose: bool = False,
+          max_iters: int | None = None, eps_abs: float | None = None,
+          eps_rel: float | None = None, time_limit: float | None = None,
+          callback: Callable[[dict], bool] | None = None, **kwargs: Any) -> float:
+    """Solve ``problem`` with a cvxdp method or a standard cvxpy solver.
+
+    Parameters
+    ----------
+    solver : ``cvxdp.ADMM``, any cvxpy solver name, or ``None`` (best cvxdp method).
+    fallback : a cvxpy solver to use when no cvxdp method recognises the problem.
+    verify : a cvxpy solver that re-solves the problem after a cvxdp method; the
+        objective gap and the largest difference in variable values are recorded
+        in ``problem.solver_stats.extra_stats["verify"]``.
+    warm_start : start from ``Variable.value`` and the method's cached state.
+    verbose : log a per-iteration table to ``logging.getLogger("cvxdp")``.
+    max_iters, eps_abs, eps_rel, time_limit : stopping rules (see the method).
+    callback : ``callback(info) -> bool`` called at every convergence check;
+        returning True stops with status ``user_limit``.
+    kwargs : method-specific options (e.g. ``rho``, ``polish`` for ADMM), or, for
+        a cvxpy solver, anything ``Problem.solve`` accepts.
+
+    Returns the optimal value, like ``Problem.solve``.
+    """
+    if not isinstance(problem, cp.Problem):
+        raise TypeError(f"solve: problem must be a cvxpy Problem, got {type(problem).__name__}")
+    method = _method_for(solver)
+    if solver is not None and method is None:
+        return _passthrough(problem, solver, warm_start, verbose, kwargs,
+                            max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
+                            time_limit=time_limit)
+    bad = [k for k in kwargs if k in _CVXPY_ONLY and kwargs[k]]
+    if bad:
+        raise ValueError(f"option(s) {bad} apply to cvxpy's own solvers, not to cvxdp methods")
+    _validate_shared(max_iters, eps_abs, eps_rel, time_limit, callback)
+    t0 = time.perf_counter()
+    candidates = [method] if method is not None else list(METHODS.values())
+    errors = []
+    chosen = extraction = None
+    for m in candidates:
+        try:
+            extraction = m.recognise(problem)
+            chosen = m
+            break
+        except NotRecognised as exc:
+            errors.append(exc)
+    if chosen is None:
+        if fallback is not None:
+            if verbose:
+                LOGGER.info("cvxdp: no method recognises the problem; solving with %s", fallback)
+            return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
+        if len(errors) == 1:
+            raise errors[0]
+        raise NotRecognised("cvxdp", "; or ".join(e.expected for e in errors),
+                            "; ".join(e.found for e in errors))
+    unknown = [k for k in kwargs if k not in chosen.extra_options and k not in _CVXPY_ONLY]
+    if unknown:
+        known = sorted(set(SHARED_OPTIONS) | set(chosen.extra_options))
+        raise ValueError(f"{chosen.name}: unknown option(s) {sorted(unknown)}; known options: {known}")
+    compile_time = time.perf_counter() - t0
+    opts = dict(kwargs, max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
+                time_limit=time_limit, warm_start=warm_start, verbose=verbose, callback=callback)
+    if verbose:
+        _ensure_handler()
+        LOGGER.info("cvxdp: %s recognised the problem (%.3f s)", chosen.name, compile_time)
+    outcome = chosen.solve(problem, extraction, opts)
+    extra = dict(outcome.extra)
+    if verify is not None and outcome.primal:
+        extra["verify"] = _verify(problem, verify, outcome)
+    write_solution(problem, status=outcome.status, opt_val=_opt_val(outcome),
+                   primal_vars=outcome.primal, dual_vars=outcome.duals, solver_name=chosen.name,
+                   solve_time=outcome.solve_time, setup_time=outcome.setup_time,
+                   num_iters=outcome.iterations, extra_stats=extra,
+                   compilation_time=compile_time)
+    if verbose:
+        LOGGER.info("cvxdp: status %s, objective %.10g", problem.status, problem.value)
+    return problem.value
+
+
+def _opt_val(outcome) -> float:
+    if outcome.status in ("infeasible", "infeasible_inaccurate"):
+        return math.inf
+    return float(outcome.objective)
+
+
+def _validate_shared(max_iters, eps_abs, eps_rel, time_limit, callback) -> None:
+    if max_iters is not None and (not float(max_iters).is_integer() or max_iters < 1):
+        raise ValueError(f"max_iters must be a positive integer, got {max_iters!r}")
+    for name, val in (("eps_abs", eps_abs), ("eps_rel", eps_rel)):
+        if val is not None and not (math.isfinite(val) and val > 0):
+            raise ValueError(f"{name} must be positive and finite, got {val!r}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be positive (seconds), got {time_limit!r}")
+    if callback is not None and not callable(callback):
+        raise TypeError("callback must be callable: callback(info) -> bool")
+
+
+def _strip_cvxdp(kwargs: dict) -> dict:
+    extra = set()
+    for m in METHODS.values():
+        extra |= set(m.extra_options)
+    return {k: v for k, v in kwargs.items() if k not in extra}
+
+
+def _passthrough(problem, solver, warm_start, verbose, kwargs, **shared) -> float:
+    """Hand the problem to cvxpy's own solve; shared options are forwarded as given."""
+    fwd = dict(kwargs)
+    for k, v in shared.items():
+        if v is not None:
+            fwd[k] = v
+    return problem.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
+
+
+def _verify(problem: cp.Problem, solver: str, outcome) -> dict[str, Any]:
+    """Re-solve with a reference solver; report the objective gap and max |x - x_ref|."""
+    ref = cp.Problem(problem.objective, problem.constraints)
+    t0 = time.perf_counter()
+    try:
+        ref.solve(solver=solver)
+    except cp.error.SolverError as exc:
+        return {"solver": solver, "status": "solver_error", "error": str(exc)}
+    elapsed = time.perf_counter() - t0
+    out: dict[str, Any] = {"solver": solver, "status": ref.status, "time": elapsed,
+                           "objective": ref.value}
+    if ref.status in ("optimal", "optimal_inaccurate") and outcome.primal:
+        diffs = [float(np.max(np.abs(np.asarray(v.value, dtype=float)
+                                     - np.asarray(outcome.primal[v.id], dtype=float)), initial=0.0))
+                 for v in ref.variables()]
+        out["max_abs_diff"] = max(diffs) if diffs else 0.0
+        ours = float(outcome.objective)
+        out["objective_gap"] = ours - float(ref.value)
+        out["relative_objective_gap"] = (ours - float(ref.value)) / max(1.0, abs(float(ref.value)))
+    return out
+
+
+def _ensure_handler() -> None:
+    """Like cvxpy: verbose output goes to stderr unless the user configured logging."""
+    real = [h for h in LOGGER.handlers if not isinstance(h, logging.NullHandler)]
+    if not real and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        LOGGER.addHandler(handler)
+    if LOGGER.level == logging.NOTSET or LOGGER.level > logging.INFO:
+        LOGGER.setLevel(logging.INFO)

@@ -1,0 +1,1 @@
+"""Solver interfaces: one module per cvxdp method (recognise, solve, write back)."""

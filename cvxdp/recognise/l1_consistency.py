@@ -1,0 +1,374 @@
+"""Recognise the L1 / elastic-net / L2 consistency family in a cvxpy problem.
+
+Accepted (Lee, Wang, Kifer 2015, eqs. 5, 7, 23)::
+
+    minimize    sum_t  c_t * loss_t(aff_t)  (+ constant)
+    subject to  affine == affine                      (tree consistency, known marginals ...)
+                affine <= affine  rows of the form    x_j <= u, x_j >= l   (bounds)
+                                                      x_i <= x_j           (order chains)
+                Variable(nonneg=True / nonpos=True / bounds=...)
+
+with ``loss_t`` one of ``norm1``, ``sum(abs(.))``, ``sum(multiply(w, abs(.)))``,
+``w @ abs(.)``, ``abs`` (scalar), ``sum_squares``, ``quad_over_lin(., c)``,
+``sum(square(.))``, ``sum(multiply(w, square(.)))``, ``norm2(.)**2`` and
+nonnegative scalings of these (``cvxdp.nll`` and ``cvxdp.elastic_net`` build such
+sums).  The output is a :class:`solvers.admm.ConsistencyData` and the maps that
+send its solution and multipliers back to the user's variables and constraints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import cvxpy as cp
+from cvxpy.atoms.affine.add_expr import AddExpression
+from cvxpy.atoms.affine.binary_operators import DivExpression, MulExpression, multiply
+from cvxpy.atoms.affine.sum import Sum
+from cvxpy.atoms.affine.unary_operators import NegExpression
+from cvxpy.atoms.elementwise.abs import abs as cp_abs
+from cvxpy.atoms.elementwise.power import Power
+from cvxpy.atoms.norm1 import norm1
+from cvxpy.atoms.pnorm import Pnorm
+from cvxpy.atoms.quad_over_lin import quad_over_lin
+from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
+
+from solvers.admm import ConsistencyData
+from solvers.isotonic import Chains
+
+from ..errors import NotRecognised
+from .affine import Linearizer, constant_value
+
+__all__ = ["recognise", "Extraction"]
+
+_EXPECTED = ("minimize a nonnegative combination of L1 losses (cvxdp.nll with Laplace noise, "
+             "cp.norm1, cp.sum(cp.abs(.)), weighted by constants) and squared losses "
+             "(cp.sum_squares, cp.quad_over_lin, cp.sum(cp.square(.))) of affine expressions, "
+             "subject to linear equalities, bounds (x >= l, x <= u, nonneg variables) and order "
+             "constraints (x[:-1] <= x[1:])")
+_UNSUPPORTED_ATTRS = ("boolean", "integer", "PSD", "NSD", "symmetric", "diag", "hermitian",
+                      "complex", "imag", "sparsity")
+
+
+@dataclass
+class _Term:
+    expr: cp.Expression       # the affine argument
+    kind: str                 # "l1" or "l2"
+    weight: np.ndarray        # per entry of vec(expr): w1 (l1) or w2 (l2, phi = w2/2 r^2)
+
+
+@dataclass
+class Extraction:
+    """The problem as arrays, plus what is needed to write results back."""
+
+    data: ConsistencyData
+    variables: list
+    linearizer: Linearizer
+    eq_blocks: list = field(default_factory=list)      # (constraint, row_start, row_stop)
+    lower_src: np.ndarray | None = None                # per coordinate: source id of the active lower bound, -1 none
+    upper_src: np.ndarray | None = None
+    bound_sources: list = field(default_factory=list)  # id -> (constraint, row, coefficient)
+    order_edges: dict = field(default_factory=dict)    # lo coordinate -> (constraint, row, coefficient)
+    order_constraints: list = field(default_factory=list)
+    ineq_constraints: list = field(default_factory=list)
+    trivially_infeasible: str | None = None
+
+
+def recognise(problem: cp.Problem) -> Extraction:
+    """Raise :class:`NotRecognised` unless ``problem`` belongs to the family."""
+    obj = problem.objective
+    if not isinstance(obj, cp.Minimize):
+        raise NotRecognised("ADMM", _EXPECTED, "a Maximize objective")
+    variables = problem.variables()
+    if not variables:
+        raise NotRecognised("ADMM", _EXPECTED, "a problem without variables")
+    for v in variables:
+        bad = [a for a in _UNSUPPORTED_ATTRS if v.attributes.get(a)]
+        if bad:
+            raise NotRecognised("ADMM", _EXPECTED, f"variable {v.name()} with attribute {bad[0]}")
+    lin = Linearizer(variables)
+    n = lin.n
+    terms: list[_Term] = []
+    constant = [0.0]
+    _collect(obj.expr, 1.0, terms, constant)
+    if not terms:
+        raise NotRecognised("ADMM", _EXPECTED, "an objective without a loss term")
+
+    # ---- losses: stack rows, merging terms on the same affine map
+    groups: list[list] = []        # [M, y, w1, w2, expr]
+    for t in terms:
+        try:
+            M, c = lin(t.expr)
+        except (KeyError, ValueError) as exc:
+            raise NotRecognised("ADMM", _EXPECTED, f"a loss of an expression it cannot read ({exc})")
+        y = -c
+        w = np.broadcast_to(np.asarray(t.weight, dtype=float), (M.shape[0],)).copy()
+        for g in groups:
+            if g[0].shape == M.shape and np.array_equal(g[1], y) and (g[0] != M).nnz == 0:
+                break
+        else:
+            g = [M, y, np.zeros(M.shape[0]), np.zeros(M.shape[0])]
+            groups.append(g)
+        if t.kind == "l1":
+            g[2] += w
+        else:
+            g[3] += w
+    Mall = sp.vstack([g[0] for g in groups]).tocsr() if len(groups) > 1 else groups[0][0]
+    yall = np.concatenate([g[1] for g in groups])
+    w1 = np.concatenate([g[2] for g in groups])
+    w2 = np.concatenate([g[3] for g in groups])
+    keep = (w1 > 0) | (w2 > 0)
+    if not keep.all():
+        Mall, yall, w1, w2 = Mall[keep], yall[keep], w1[keep], w2[keep]
+
+    # ---- bounds from variable attributes
+    lower = np.full(n, -np.inf)
+    upper = np.full(n, np.inf)
+    for v in variables:
+        off = lin.offsets[v.id]
+        sl = slice(off, off + v.size)
+        if v.attributes.get("nonneg") or v.attributes.get("pos"):
+            lower[sl] = np.maximum(lower[sl], 0.0)
+        if v.attributes.get("nonpos") or v.attributes.get("neg"):
+            upper[sl] = np.minimum(upper[sl], 0.0)
+        bnds = v.attributes.get("bounds")
+        if bnds is not None:
+            lo, hi = bnds
+            if lo is not None:
+                lower[sl] = np.maximum(lower[sl], np.broadcast_to(np.asarray(_value(lo), float), v.shape).ravel(order="F"))
+            if hi is not None:
+                upper[sl] = np.minimum(upper[sl], np.broadcast_to(np.asarray(_value(hi), float), v.shape).ravel(order="F"))
+
+    ext = Extraction(data=None, variables=variables, linearizer=lin)  # type: ignore[arg-type]
+    A_rows, b_rows = [], []
+    row = 0
+    lo_cand, hi_cand = [], []     # (coords, values, source ids)
+    edges_lo, edges_hi = [], []
+    for con in problem.constraints:
+        if isinstance(con, (Equality, Zero)):
+            expr = con.expr if isinstance(con, Equality) else con.args[0]
+            M, c = _lin_constraint(lin, expr, con)
+            A_rows.append(M)
+            b_rows.append(-c)
+            ext.eq_blocks.append((con, row, row + M.shape[0]))
+            row += M.shape[0]
+        elif isinstance(con, (Inequality, NonPos, NonNeg)):
+            if isinstance(con, Inequality):
+                expr, sign = con.expr, 1.0
+            elif isinstance(con, NonPos):
+                expr, sign = con.args[0], 1.0
+            else:
+                expr, sign = con.args[0], -1.0
+            G, g = _lin_constraint(lin, expr, con)
+            if sign < 0:
+                G, g = -G, -g
+            _classify_inequality(ext, con, G, g, lo_cand, hi_cand, edges_lo, edges_hi)
+        else:
+            raise NotRecognised("ADMM", _EXPECTED, f"a constraint of type {type(con).__name__}")
+
+    # ---- merge bounds, remembering which row is the tightest (it gets the dual)
+    ext.lower_src = np.full(n, -1, dtype=np.int64)
+    ext.upper_src = np.full(n, -1, dtype=np.int64)
+    for cands, bound, src, better in ((lo_cand, lower, ext.lower_src, np.greater),
+                                      (hi_cand, upper, ext.upper_src, np.less)):
+        for coords, vals, ids in cands:
+            order = np.argsort(-vals if better is np.greater else vals, kind="stable")
+            coords_o, vals_o, ids_o = coords[order], vals[order], ids[order]
+            first = np.unique(coords_o, return_index=True)[1]
+            cc, vv, ii = coords_o[first], vals_o[first], ids_o[first]
+            take = better(vv, bound[cc]) | ((vv == bound[cc]) & (src[cc] < 0))
+            bound[cc[take]] = vv[take]
+            src[cc[take]] = ii[take]
+    if np.any(lower > upper):
+        j = int(np.flatnonzero(lower > upper)[0])
+        ext.trivially_infeasible = f"lower bound {lower[j]} exceeds upper bound {upper[j]} on coordinate {j}"
+
+    chains = None
+    if edges_lo:
+        lo_e = np.concatenate(edges_lo)
+        hi_e = np.concatenate(edges_hi)
+        chains = Chains.from_edges(lo_e, hi_e, n)
+        if chains is None:
+            raise NotRecognised("ADMM", _EXPECTED, "order constraints x_i <= x_j that do not form "
+                                "disjoint chains")
+
+    A = sp.vstack(A_rows).tocsr() if A_rows else None
+    b = np.concatenate(b_rows) if b_rows else None
+    ext.data = ConsistencyData(n=n, M=Mall.tocsr(), y=yall, w1=w1, w2=w2, lower=lower, upper=upper,
+                               A=A, b=b, chains=chains, constant=constant[0])
+    return ext
+
+
+# ---------------------------------------------------------------------------
+def _value(v):
+    return v.value if hasattr(v, "value") else v
+
+
+def _lin_constraint(lin: Linearizer, expr, con):
+    try:
+        return lin(expr)
+    except (KeyError, ValueError) as exc:
+        raise NotRecognised("ADMM", _EXPECTED, f"constraint {con} is not affine in the variables ({exc})")
+
+
+def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo, edges_hi):
+    """Rows ``G x + g <= 0``: single entries are bounds, ``a (x_i - x_j) <= 0`` order edges."""
+    G = sp.csr_matrix(G)
+    G.eliminate_zeros()
+    nnz = np.diff(G.indptr)
+    rows = np.arange(G.shape[0])
+    if np.any(nnz == 0):
+        zero = nnz == 0
+        if np.any(g[zero] > 0):
+            ext.trivially_infeasible = f"constraint {con} is a false constant inequality"
+    one = nnz == 1
+    two = nnz == 2
+    if np.any(~(one | two | (nnz == 0))):
+        raise NotRecognised("ADMM", _EXPECTED, f"inequality {con} with rows that are neither bounds "
+                            "nor order relations x_i <= x_j")
+    cid = len(ext.ineq_constraints)
+    ext.ineq_constraints.append(con)
+    if one.any():
+        r1 = rows[one]
+        start = G.indptr[r1]
+        coords = G.indices[start]
+        a = G.data[start]
+        val = -g[r1] / a
+        src_ids = np.arange(len(ext.bound_sources), len(ext.bound_sources) + r1.size)
+        ext.bound_sources.extend(zip([cid] * r1.size, r1.tolist(), a.tolist()))
+        up = a > 0
+        if up.any():
+            hi_cand.append((coords[up], val[up], src_ids[up]))
+        if (~up).any():
+            lo_cand.append((coords[~up], val[~up], src_ids[~up]))
+    if two.any():
+        r2 = rows[two]
+        start = G.indptr[r2]
+        c0, c1 = G.indices[start], G.indices[start + 1]
+        a0, a1 = G.data[start], G.data[start + 1]
+        ok = np.isclose(a0, -a1, rtol=1e-12, atol=0) & (g[r2] == 0)
+        if not ok.all():
+            raise NotRecognised("ADMM", _EXPECTED, f"inequality {con} with two-variable rows other "
+                                "than x_i <= x_j")
+        # a0 x_c0 + a1 x_c1 <= 0 with a1 = -a0: the smaller side is the one with positive coefficient
+        lo_side = np.where(a0 > 0, c0, c1)
+        hi_side = np.where(a0 > 0, c1, c0)
+        coef = np.abs(a0)
+        edges_lo.append(lo_side)
+        edges_hi.append(hi_side)
+        for k in range(r2.size):
+            ext.order_edges[int(lo_side[k])] = (cid, int(r2[k]), float(coef[k]), int(hi_side[k]))
+
+
+def _collect(expr, coef: float, terms: list[_Term], constant: list[float]) -> None:
+    """Split ``coef * expr`` into loss terms and a constant."""
+    if expr.is_constant():
+        val = constant_value(expr)
+        constant[0] += coef * float(np.sum(val))
+        return
+    if isinstance(expr, AddExpression):
+        for a in expr.args:
+            _collect(a, coef, terms, constant)
+        return
+    scal = _scalar_scaling(expr)
+    if scal is not None:
+        c, inner = scal
+        if c < 0:
+            raise NotRecognised("ADMM", _EXPECTED, "a loss with a negative coefficient")
+        if c == 0:
+            return
+        _collect(inner, coef * c, terms, constant)
+        return
+    if isinstance(expr, norm1) and expr.axis is None:
+        terms.append(_Term(expr.args[0], "l1", np.asarray(coef)))
+        return
+    if isinstance(expr, cp_abs) and expr.size == 1:
+        terms.append(_Term(expr.args[0], "l1", np.asarray(coef)))
+        return
+    if isinstance(expr, quad_over_lin) and expr.axis is None:
+        den = constant_value(expr.args[1]) if expr.args[1].is_constant() else None
+        if den is not None and float(np.asarray(den).ravel()[0]) > 0:
+            terms.append(_Term(expr.args[0], "l2", np.asarray(2.0 * coef / float(np.asarray(den).ravel()[0]))))
+            return
+    if isinstance(expr, Power) and float(expr.p.value if hasattr(expr.p, "value") else expr.p) == 2:
+        base = expr.args[0]
+        if isinstance(base, Pnorm) and float(base.p) == 2 and base.axis is None:
+            terms.append(_Term(base.args[0], "l2", np.asarray(2.0 * coef)))
+            return
+        if base.is_affine() and base.size == 1:
+            terms.append(_Term(base, "l2", np.asarray(2.0 * coef)))
+            return
+    if isinstance(expr, Sum) and expr.axis is None:
+        parsed = _elementwise_loss(expr.args[0])
+        if parsed is not None:
+            kind, w, aff = parsed
+            w = np.broadcast_to(w, aff.shape).ravel(order="F") if aff.ndim else np.asarray(w)
+            terms.append(_Term(aff, kind, coef * w * (2.0 if kind == "l2" else 1.0)))
+            return
+    if type(expr) is MulExpression:
+        a, b = expr.args
+        for const, other in ((a, b), (b, a)):
+            if const.is_constant() and not other.is_constant() and other.ndim <= 1:
+                w = np.asarray(constant_value(const), dtype=float).ravel()
+                parsed = _elementwise_loss(other)
+                if parsed is not None and w.size == other.size and np.all(w >= 0):
+                    kind, w2, aff = parsed
+                    w2 = np.broadcast_to(w2, aff.shape).ravel(order="F") if aff.ndim else np.asarray(w2)
+                    terms.append(_Term(aff, kind, coef * w * w2 * (2.0 if kind == "l2" else 1.0)))
+                    return
+    raise NotRecognised("ADMM", _EXPECTED, f"the objective term {_describe(expr)}")
+
+
+def _scalar_scaling(expr):
+    """``(c, inner)`` if ``expr`` is ``c * inner`` or ``inner / c`` for a scalar constant ``c``."""
+    if isinstance(expr, NegExpression):
+        return -1.0, expr.args[0]
+    if isinstance(expr, (multiply, MulExpression)):
+        a, b = expr.args
+        for const, other in ((a, b), (b, a)):
+            if const.is_constant() and const.size == 1 and not other.is_constant():
+                return float(np.asarray(constant_value(const)).ravel()[0]), other
+    if isinstance(expr, DivExpression):
+        num, den = expr.args
+        if den.is_constant() and den.size == 1 or (den.is_constant() and np.unique(np.asarray(constant_value(den))).size == 1):
+            d = float(np.asarray(constant_value(den)).ravel()[0])
+            if d > 0 and num.size == expr.size:
+                return 1.0 / d, num
+    return None
+
+
+def _elementwise_loss(e):
+    """``(kind, weight, aff)`` for ``w * abs(aff)`` or ``w * square(aff)`` (elementwise)."""
+    w = np.asarray(1.0)
+    while True:
+        if isinstance(e, cp_abs):
+            if np.all(w >= 0):
+                return "l1", w, e.args[0]
+            return None
+        if isinstance(e, Power) and float(e.p.value if hasattr(e.p, "value") else e.p) == 2 and e.args[0].is_affine():
+            if np.all(w >= 0):
+                return "l2", w, e.args[0]
+            return None
+        if type(e) is multiply:
+            a, b = e.args
+            if a.is_constant() and not b.is_constant():
+                w = w * np.asarray(constant_value(a), dtype=float)
+                e = b
+                continue
+            if b.is_constant() and not a.is_constant():
+                w = w * np.asarray(constant_value(b), dtype=float)
+                e = a
+                continue
+            return None
+        if isinstance(e, DivExpression) and e.args[1].is_constant():
+            w = w / np.asarray(constant_value(e.args[1]), dtype=float)
+            e = e.args[0]
+            continue
+        return None
+
+
+def _describe(expr) -> str:
+    s = str(expr)
+    if len(s) > 80:
+        s = s[:77] + "..."
+    return f"{type(expr).__name__}: {s}"
