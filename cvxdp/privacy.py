@@ -162,12 +162,12 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> fl
     sensitivity : L2 sensitivity, > 0; ``sigma`` scales linearly with it.
     """
     eps = _nonnegative(epsilon, "epsilon")
-    target = math.log(_probability(delta, "delta"))
+    dlt = _probability(delta, "delta")
     d2 = _positive(sensitivity, "sensitivity")
+    target = math.log(dlt)
     s = _solve_log(lambda t: _log_delta(t, eps) - target, 1.0)
-    s = _round_up(s, lambda t: _log_delta(t, eps) <= target)
-    sigma = s * d2
-    return _round_up(sigma, lambda t: _log_delta(t / d2, eps) <= target)
+    # the check is the one gaussian_delta evaluates, so the guarantee holds as reported
+    return _round_up(s * d2, lambda t: math.exp(_log_delta(t / d2, eps)) <= dlt)
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -178,12 +178,13 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
     root of ``log delta(epsilon) = log delta`` otherwise (brentq, rounded up).
     """
     s = _positive(sigma, "sigma")
-    target = math.log(_probability(delta, "delta"))
+    dlt = _probability(delta, "delta")
     s /= _positive(sensitivity, "sensitivity")
-    if _log_delta(s, 0.0) <= target:
+    if math.exp(_log_delta(s, 0.0)) <= dlt:
         return 0.0
+    target = math.log(dlt)
     eps = _solve_log(lambda e: _log_delta(s, e) - target, 1.0)
-    return _round_up(eps, lambda e: _log_delta(s, e) <= target)
+    return _round_up(eps, lambda e: math.exp(_log_delta(s, e)) <= dlt)
 
 
 # ------------------------------------------------------------------------ zCDP

@@ -95,7 +95,7 @@ class SeparableLoss:
             excess = np.abs(s) - w1
             r_free = np.where(w2 > 0, np.sign(s) * np.maximum(excess, 0.0) / np.where(w2 > 0, w2, 1.0), 0.0)
         escape = (w2 == 0) & (excess > 0)
-        r_free = np.where(escape, np.sign(s) * np.inf, r_free)
+        r_free = np.where(escape, np.where(s > 0, np.inf, -np.inf), r_free)
         x = np.clip(y + r_free, self.lower, self.upper)
         out = np.full(s.shape, np.inf)
         ok = np.isfinite(x)

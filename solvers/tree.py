@@ -386,12 +386,22 @@ def forest_from_rows(A: sp.spmatrix, b: np.ndarray | None = None):
     pos = data > 0
     npos = np.bincount(row_id, weights=pos.astype(float), minlength=p).astype(np.int64)
     nneg = nnz_row - npos
-    # parent sign: the sign that appears exactly once (positive wins a 1-1 tie)
-    parent_positive = npos == 1
-    parent_negative = (nneg == 1) & ~parent_positive
-    if not np.all(parent_positive | parent_negative):
+    # parent sign: the sign that appears exactly once; rows with one entry of each
+    # sign (x_a = x_b) are ambiguous and oriented below
+    parent_positive = (npos == 1) & (nneg >= 2)
+    parent_negative = (nneg == 1) & (npos >= 2)
+    ambiguous = (npos == 1) & (nneg == 1)
+    if not np.all(parent_positive | parent_negative | ambiguous):
         return None
     is_parent_entry = np.where(parent_positive[row_id], pos, ~pos)
+    is_parent_entry[ambiguous[row_id]] = False
+    amb_rows = np.flatnonzero(ambiguous)
+    if amb_rows.size:
+        first = A.indptr[amb_rows]
+        chosen = _orient_pairs(cols, first, is_parent_entry, row_id, n)
+        if chosen is None:
+            return None
+        is_parent_entry[chosen] = True
     par_idx = np.flatnonzero(is_parent_entry)
     if par_idx.size != p:
         return None
@@ -414,3 +424,43 @@ def forest_from_rows(A: sp.spmatrix, b: np.ndarray | None = None):
     if b is not None:
         offsets[row_parent] = np.asarray(b, dtype=float) / row_scale
     return forest, row_parent, row_scale, offsets
+
+
+def _orient_pairs(cols, first, is_parent_entry, row_id, n):
+    """Choose the parent of each two-entry row ``x_a = x_b`` so that no node is the
+    parent of two rows or the child of two.  Returns the chosen entry positions.
+
+    Entries fixed by the unambiguous rows constrain the choice; what remains free
+    is oriented towards the smaller index (breadth-first order puts parents first).
+    """
+    fixed_parent = np.zeros(n, dtype=bool)
+    fixed_child = np.zeros(n, dtype=bool)
+    known = np.flatnonzero(~np.isin(np.arange(row_id.size), np.r_[first, first + 1]))
+    fixed_parent[cols[known[is_parent_entry[known]]]] = True
+    fixed_child[cols[known[~is_parent_entry[known]]]] = True
+    a, b = cols[first], cols[first + 1]
+    choice = np.full(first.size, -1, dtype=np.int64)     # 0: a is parent, 1: b is parent
+    pending = list(range(first.size))
+    while pending:
+        progress = False
+        rest = []
+        for r in pending:
+            ar, br = a[r], b[r]
+            a_can = not fixed_parent[ar] and not fixed_child[br]
+            b_can = not fixed_parent[br] and not fixed_child[ar]
+            if a_can and b_can:
+                rest.append(r)
+                continue
+            if not (a_can or b_can):
+                return None
+            choice[r] = 0 if a_can else 1
+            par, kid = (ar, br) if a_can else (br, ar)
+            fixed_parent[par] = fixed_child[kid] = True
+            progress = True
+        if not progress and rest:
+            r = rest.pop(0)
+            choice[r] = 0 if a[r] < b[r] else 1
+            par, kid = (a[r], b[r]) if choice[r] == 0 else (b[r], a[r])
+            fixed_parent[par] = fixed_child[kid] = True
+        pending = rest
+    return np.where(choice == 0, first, first + 1)

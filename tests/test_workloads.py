@@ -138,6 +138,11 @@ def test_range_nodes_partition(n, k):
             assert nodes.size <= 2 * (k - 1) * (H.height + 1)
             # left to right
             assert np.all(np.diff(H.intervals[nodes, 0]) > 0)
+            # maximal: no returned node's parent also lies inside [lo, hi)
+            par = H.parent[nodes]
+            par = par[par >= 0]
+            assert not np.any((H.intervals[par, 0] >= lo) & (H.intervals[par, 1] <= hi))
+    np.testing.assert_array_equal(H.range_nodes(0, n), [0])
 
 
 def test_range_nodes_uses_high_nodes():
