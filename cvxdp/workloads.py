@@ -17,6 +17,7 @@ in C (row-major) order, ``cell = np.ravel_multi_index(values, domain)``.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -30,6 +31,9 @@ from .mechanisms import _as_rng
 
 __all__ = ["identity", "total", "prefix", "all_ranges", "range_queries", "random_ranges",
            "wavelet", "marginal", "marginals", "kron", "Hierarchy", "hierarchy"]
+
+# Largest full table a marginal matrix is built over (one non-zero per cell).
+_MAX_CELLS = 2 ** 31 - 1
 
 
 # ------------------------------------------------------------------ helpers
@@ -268,11 +272,27 @@ def marginal(domain: Sequence[int] | Mapping[object, int], attrs: Sequence) -> s
     ``np.unravel_index(r, kept sizes)``.  **Row order follows the domain order of
     the kept attributes, whatever order ``attrs`` lists them in**: the result equals
     ``table.sum(axis=<other attributes>).ravel()``.  Empty ``attrs`` gives the total.
+
+    Every column of ``M`` has a single 1, in the row of its kept coordinates, so
+    the CSR arrays come from one transpose of the cell indices (kept axes first,
+    then the summed ones) in O(cells), rather than from chained sparse Kronecker
+    products (same matrix, an order of magnitude faster).
     """
     sizes, names = _domain_sizes(domain)
     keep = set(_attr_positions(attrs, sizes, names))
-    factors = [identity(d) if a in keep else total(d) for a, d in enumerate(sizes)]
-    return kron(*factors)
+    kept = [a for a in range(len(sizes)) if a in keep]
+    summed = [a for a in range(len(sizes)) if a not in keep]
+    N = math.prod(sizes)
+    if N > _MAX_CELLS:
+        raise ValueError(f"domain has {N} cells; a query matrix over the full table needs at "
+                         f"most {_MAX_CELLS} (model marginals without the full table instead)")
+    n_rows = math.prod(sizes[a] for a in kept)
+    idx = _index_dtype(N, n_rows)
+    cells = np.arange(N, dtype=idx).reshape(sizes)
+    # row r holds the cells whose kept coordinates unravel from r, in increasing order
+    indices = cells.transpose(kept + summed).ravel()
+    indptr = np.arange(n_rows + 1, dtype=np.int64) * (N // n_rows)
+    return _csr(np.ones(N), indices, indptr, (n_rows, N))
 
 
 def marginals(domain: Sequence[int] | Mapping[object, int],
@@ -456,7 +476,8 @@ class Hierarchy:
         level by level (float array of length ``n_nodes``)."""
         x = np.asarray(leaf_values, dtype=float)
         if x.shape != (self._n,):
-            raise ValueError(f"leaf_values must have shape ({self._n},), got {np.shape(leaf_values)}")
+            raise ValueError(f"leaf_values must have shape ({self._n},), "
+                             f"got {np.shape(leaf_values)}")
         out = np.empty(self.n_nodes)
         o, k = self._offsets, self._k
         out[o[-2]:o[-1]] = x

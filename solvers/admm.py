@@ -110,6 +110,10 @@ class ADMMState:
     extra: dict = field(default_factory=dict)
 
 
+# The active set counts as settled when fewer than this fraction of coordinates
+# changed status since the previous check.
+_SETTLED_FRACTION = 1e-4
+
 _COLUMNS = [("iter", "d"), ("objective", ".6e"), ("lower bnd", ".6e"), ("rel gap", ".2e"),
             ("pri res", ".2e"), ("dua res", ".2e"), ("rho", ".2e"), ("time [s]", ".2e")]
 
@@ -192,6 +196,7 @@ class _Base:
         status = None
         it = 0
         polish_info: dict = {"attempts": 0, "success": False}
+        prev_sig = tried_sig = None
         next_adapt = s.adaptive_rho_interval
         last_check = None
         for it in range(1, s.max_iters + 1):
@@ -204,18 +209,25 @@ class _Base:
             if chk["feasible_x"] is not None and (best is None or chk["primal_obj"] < best[0]):
                 best = (chk["primal_obj"], chk["feasible_x"], None)
             gap = relative_gap(best[0], lower) if best is not None else math.inf
-            if (s.polish and gap <= min(s.polish_gap, polish_info.get("last_gap", math.inf) / 4)
-                    and not polish_info["success"]):
-                pol = self.polish()
-                polish_info["attempts"] += 1
-                polish_info["last_gap"] = gap
-                if pol is not None:
-                    obj, xp, duals, lb = pol
-                    lower = max(lower, lb)
-                    if best is None or obj <= best[0]:
-                        best = (obj, xp, duals)
-                    gap = relative_gap(best[0], lower)
-                    polish_info["success"] = gap <= s.eps_rel
+            if s.polish and not polish_info["success"] and gap <= s.polish_gap:
+                # Polish once the identified active set has settled (few changes since the
+                # last check) and differs from the one a previous attempt failed on.
+                sig = self.active_signature()
+                changes = math.inf if prev_sig is None or sig is None else int(np.count_nonzero(sig != prev_sig))
+                prev_sig = sig
+                if (sig is not None and changes <= max(2, _SETTLED_FRACTION * self.n)
+                        and (tried_sig is None or np.count_nonzero(sig != tried_sig) > 0)):
+                    tried_sig = sig
+                    pol = self.polish()
+                    polish_info["attempts"] += 1
+                    polish_info["reason"] = getattr(self, "polish_reason", None)
+                    if pol is not None:
+                        obj, xp, duals, lb = pol
+                        lower = max(lower, lb)
+                        if best is None or obj <= best[0]:
+                            best = (obj, xp, duals)
+                        gap = relative_gap(best[0], lower)
+                        polish_info["success"] = relative_gap(obj, lb) <= s.eps_rel
             row = {"iter": it, "objective": best[0] if best else chk["primal_obj"],
                    "lower bnd": lower, "rel gap": gap, "pri res": chk["r_prim"],
                    "dua res": chk["r_dual"], "rho": self.rho, "time [s]": elapsed}
@@ -378,22 +390,27 @@ class _SeparableADMM(_Base):
         r_prim = float(np.linalg.norm(self.x - self.z))
         r_dual = float(self.rho * np.linalg.norm(self.z - self.z_prev))
         lower = self._dual_value(self.rho * self.u)
-        # feasible candidates: z is in C; with a forest, rebuild from clipped leaves
-        cands = [self.z]
+        # feasible candidates: z is in C by construction (only its bounds need checking);
+        # with a forest, the clipped leaves of x summed up are consistent too
+        cands = [(self.z, False)]
         if isinstance(self.proj, ForestProjector):
-            cands.append(self.proj.feasible_from(f.clip(self.x)))
+            cands.append((self.proj.feasible_from(f.clip(self.x)), False))
         if self.chains is not None and f.has_bounds:
-            cands.append(f.clip(self.z))
+            cands.append((f.clip(self.z), True))
         feasible_x, pobj = None, math.inf
         tol = self.s.eps_abs
-        for c in cands:
-            if self.violation(c) <= tol:
+        z_ok = None
+        for c, full in cands:
+            viol = self.violation(c) if full else f.bound_violation(c)
+            if c is self.z:
+                z_ok = viol <= tol
+            if viol <= tol:
                 val = f.value(c) + d.constant
                 if val < pobj:
                     feasible_x, pobj = c, val
         out = {"r_prim": r_prim, "r_dual": r_dual, "lower": lower,
                "feasible_x": feasible_x, "primal_obj": pobj if feasible_x is not None else f.value(self.z) + d.constant,
-               "x_candidate": self.z, "x_candidate_ok": self.violation(self.z) <= tol}
+               "x_candidate": self.z, "x_candidate_ok": bool(z_ok)}
         xn = max(np.linalg.norm(self.x), np.linalg.norm(self.z))
         eps_p = tol * math.sqrt(self.n) + self.s.eps_rel * xn
         eps_d = tol * math.sqrt(self.n) + self.s.eps_rel * self.rho * np.linalg.norm(self.u)
@@ -453,6 +470,17 @@ class _SeparableADMM(_Base):
         return ADMMState(self.name, self.rho, self.z.copy(), self.u.copy())
 
     # polish ---------------------------------------------------------------
+    def active_signature(self):
+        """Status code per coordinate of the prox output: 0 free, 1 zero residual,
+        2 on the lower bound, 3 on the upper bound."""
+        if self.proj is None:
+            return None
+        f, x = self.f, self.x
+        sig = ((f.w1 > 0) & (x == f.y)).astype(np.int8)
+        sig[x <= f.lower] = 2
+        sig[x >= f.upper] = 3
+        return sig
+
     def polish(self):
         if self.proj is None:
             return None
@@ -679,6 +707,9 @@ class _GeneralADMM(_Base):
             out["lower"] = np.zeros(self.n)
             out["upper"] = np.zeros(self.n)
         return out
+
+    def active_signature(self):
+        return None
 
     def polish(self):
         return None

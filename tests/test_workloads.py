@@ -246,6 +246,10 @@ def test_marginals_match_numpy_sums():
     # attrs given out of order: rows still in domain order
     np.testing.assert_array_equal(W.marginal(domain, (2, 0)) @ x, table.sum(axis=(1, 3)).ravel())
     np.testing.assert_array_equal(W.marginal(domain, ()).toarray(), np.ones((1, 48)))
+    # the Kronecker form F_1 (x) ... (x) F_k, F = identity (kept) or ones row (summed)
+    F = [np.eye(3), np.ones((1, 2)), np.eye(4), np.ones((1, 2))]
+    K = np.kron(np.kron(np.kron(F[0], F[1]), F[2]), F[3])
+    np.testing.assert_array_equal(W.marginal(domain, (0, 2)).toarray(), K)
 
 
 def test_marginal_named_domain_and_stack():
@@ -263,6 +267,10 @@ def test_marginal_named_domain_and_stack():
         W.marginal((2, 3), [2])
     with pytest.raises(ValueError, match="repeat"):
         W.marginal((2, 3), [1, 1])
+    with pytest.raises(ValueError, match="cells"):
+        W.marginal([100] * 6, [0])
+    with pytest.raises(ValueError, match="domain size"):
+        W.marginal((2, 0), [0])
     with pytest.raises(ValueError, match="attr_sets"):
         W.marginals((2, 3), [])
 

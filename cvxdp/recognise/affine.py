@@ -147,17 +147,16 @@ class Linearizer:
         return sp.diags(w) @ M, w * c
 
     def _matmul(self, e):
+        # constant factors are read with .value, which keeps scipy sparse matrices sparse
         a, b = e.args
-        aval = constant_value(a) if a.is_constant() else None
-        if aval is not None and b.ndim <= 1:
+        if a.is_constant() and b.ndim <= 1:
             A = a.value
             A = sp.csr_matrix(A) if sp.issparse(A) else np.atleast_2d(np.asarray(A, dtype=float))
             M, c = self._lin(b)
             if A.shape[1] != b.size:
                 return self._fallback(e)
             return sp.csr_matrix(A @ M), np.asarray(A @ c).ravel()
-        bval = constant_value(b) if b.is_constant() else None
-        if bval is not None and a.ndim <= 1:
+        if b.is_constant() and a.ndim <= 1:
             B = b.value
             B = sp.csr_matrix(B) if sp.issparse(B) else np.atleast_2d(np.asarray(B, dtype=float))
             if B.ndim == 2 and B.shape[0] == a.size:
