@@ -47,6 +47,7 @@ from ._table import IterationTable
 from .affine import AffineProjector, ForestProjector, make_projector
 from .isotonic import Chains
 from .losses import SeparableLoss
+from .polish import forest_dual, subdifferential_box
 from .result import SolverResult, relative_gap
 
 __all__ = ["ConsistencyData", "ADMMSettings", "solve", "ADMMState"]
@@ -197,6 +198,7 @@ class _Base:
         it = 0
         polish_info: dict = {"attempts": 0, "success": False}
         prev_sig = tried_sig = None
+        tried_gap = math.inf
         next_adapt = s.adaptive_rho_interval
         last_check = None
         for it in range(1, s.max_iters + 1):
@@ -216,8 +218,9 @@ class _Base:
                 changes = math.inf if prev_sig is None or sig is None else int(np.count_nonzero(sig != prev_sig))
                 prev_sig = sig
                 if (sig is not None and changes <= max(2, _SETTLED_FRACTION * self.n)
+                        and gap <= tried_gap / 2
                         and (tried_sig is None or np.count_nonzero(sig != tried_sig) > 0)):
-                    tried_sig = sig
+                    tried_sig, tried_gap = sig, gap
                     pol = self.polish()
                     polish_info["attempts"] += 1
                     polish_info["reason"] = getattr(self, "polish_reason", None)
@@ -368,7 +371,29 @@ class _SeparableADMM(_Base):
         return v
 
     def _dual_value(self, lam: np.ndarray) -> float:
-        """D(lam) = -f*(-lam) - sigma_C(lam) after moving lam into dom sigma_C."""
+        """D(lam) = -f*(-lam) - sigma_C(lam) after moving lam into dom sigma_C.
+
+        On a forest, lam is repaired into the domain of f* node by node (interval
+        propagation, see :mod:`solvers.polish`), which loses far less than scaling
+        the whole vector; elsewhere it is scaled by the largest feasible theta."""
+        if isinstance(self.proj, ForestProjector):
+            # First the subdifferential at the current point, widened by the primal
+            # residual (near-complementary multipliers give a near-tight bound), then
+            # the plain domain of f* if those intervals admit no multiplier.
+            tol = float(np.max(np.abs(self.x - self.z), initial=0.0))
+            best = -math.inf
+            for lo, hi in (subdifferential_box(self.f, self.x, tol), self.f.dual_domain()):
+                lam_f = forest_dual(self.proj, lo, hi, lam)
+                if lam_f is None:
+                    continue
+                conj = self.f.conjugate(-lam_f)
+                if np.all(np.isfinite(conj)):
+                    val = (-float(conj.sum()) - float(np.dot(lam_f, self.proj.particular))
+                           + self.data.constant)
+                    best = max(best, val)
+                    break
+            if math.isfinite(best):
+                return best
         if self.proj is not None:
             lam = lam - self.proj.project_nullspace(lam)      # into range(A^T)
             support = float(np.dot(lam, self.proj.particular))

@@ -145,25 +145,27 @@ def _weighted_affine_projection(proj: AffineProjector, target, weights, fixed):
     return x
 
 
-def _subdifferential(f, x):
-    """Interval ``[lo, hi]`` of ``df_i(x_i)`` (loss plus the normal cone of the box)."""
+def subdifferential_box(f, x, tol: float = 0.0):
+    """Interval ``[L, U]`` that ``lam_i`` must lie in for ``-lam_i`` to be in
+    ``df_i(x_i)`` (loss plus the normal cone of the box).  With ``tol > 0`` a
+    residual within ``tol`` of zero counts as a kink and a coordinate within ``tol``
+    of a bound as on it, which widens the intervals."""
     r = x - f.y
     smooth = f.w2 * r + f.w1 * np.sign(r)
-    kink = (f.w1 > 0) & (r == 0)
-    lo = np.where(kink, -f.w1, smooth)
-    hi = np.where(kink, f.w1, smooth)
-    lo = np.where(x <= f.lower, -np.inf, lo)
-    hi = np.where(x >= f.upper, np.inf, hi)
-    return lo, hi
+    kink = (f.w1 > 0) & (np.abs(r) <= tol)
+    lo = np.where(kink, f.w2 * r - f.w1, smooth)
+    hi = np.where(kink, f.w2 * r + f.w1, smooth)
+    lo = np.where(x <= f.lower + tol, -np.inf, lo)
+    hi = np.where(x >= f.upper - tol, np.inf, hi)
+    return -hi, -lo
 
 
 def _certify_dual(solver, x, lam_admm):
     """A multiplier ``lam in range(A^T)`` with ``-lam in df(x)``, close to ``lam_admm``."""
     f, proj = solver.f, solver.proj
-    lo, hi = _subdifferential(f, x)
-    L, U = -hi, -lo                         # lam_v must lie in [L_v, U_v]
+    L, U = subdifferential_box(f, x)         # lam_v must lie in [L_v, U_v]
     if isinstance(proj, ForestProjector):
-        lam = _forest_dual(proj, L, U, lam_admm)
+        lam = forest_dual(proj, L, U, lam_admm)
         if lam is not None:
             return lam
         return lam_admm
@@ -173,7 +175,7 @@ def _certify_dual(solver, x, lam_admm):
     return proj.A.T @ y
 
 
-def _forest_dual(proj: ForestProjector, L, U, lam_admm):
+def forest_dual(proj: ForestProjector, L, U, lam_admm):
     """Solve ``lam = C^T y in [L, U]`` on a forest by interval propagation."""
     F = proj.forest
     order = F.order

@@ -112,9 +112,11 @@ class Forest:
                                        if contiguous else parents)
 
     # ------------------------------------------------- level-wise primitives
-    def _to_bfs(self, x: np.ndarray) -> np.ndarray:
+    def _to_bfs(self, x: np.ndarray, copy: bool = True) -> np.ndarray:
         x = np.asarray(x, dtype=float)
-        return x.copy() if self._identity else x[self.order]
+        if self._identity:
+            return x.copy() if copy else x
+        return x[self.order]
 
     def _from_bfs(self, xp: np.ndarray) -> np.ndarray:
         if self._identity:
@@ -301,16 +303,25 @@ class TreeLSQ:
             share[s:e] = sh
         self._cself = cself
         self._share = share
-        self._unit = weights is None
+        # Per-level coefficients collapse to scalars when uniform (unit weights on a
+        # complete tree): scalar multiplies and strided adds keep project() cheap.
+        self._c_level = [None]
+        self._share_level = [None]
+        for d in range(1, f.n_levels):
+            par = f._parent_slices[d]
+            s, e = f.level_bounds[d], f.level_bounds[d + 1]
+            c = cself[par]
+            sh = share[s:e]
+            self._c_level.append(float(c[0]) if c.size and np.all(c == c[0]) else c)
+            self._share_level.append(float(sh[0]) if sh.size and np.all(sh == sh[0]) else sh)
 
     def project(self, v: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """The weighted projection of ``v`` onto ``{x : x_p = sum_c x_c + b_p}``."""
         f = self.forest
-        vp = f._to_bfs(v)
-        bp = None if b is None else f._to_bfs(b)
-        beta = vp.copy()
-        csum = np.zeros(f.n)
-        cself = self._cself
+        vp = f._to_bfs(v, copy=False)
+        bp = None if b is None else f._to_bfs(b, copy=False)
+        beta = np.array(vp, dtype=float, copy=True)
+        csum = np.empty(f.n)
         for d in range(f.n_levels - 1, 0, -1):
             par = f._parent_slices[d]
             s, e = f.level_bounds[d], f.level_bounds[d + 1]
@@ -318,14 +329,27 @@ class TreeLSQ:
             if bp is not None:
                 cs += bp[par]
             csum[par] = cs
-            c = cself[par]
-            beta[par] = c * vp[par] + (1.0 - c) * cs
-        x = beta                                # roots keep beta; overwrite below
+            c = self._c_level[d]
+            # beta_p = c v_p + (1 - c) * (sum of children's beta + b_p)
+            if np.ndim(c) == 0:
+                if c == 1.0:
+                    continue                    # beta already holds v_p
+                beta[par] = c * vp[par] + (1.0 - c) * cs
+            else:
+                beta[par] = c * vp[par] + (1.0 - c) * cs
+        x = beta                                # roots keep beta; children corrected below
         for d in range(1, f.n_levels):
             par = f._parent_slices[d]
             s, e = f.level_bounds[d], f.level_bounds[d + 1]
             corr = x[par] - csum[par]
-            x[s:e] += self._share[s:e] * f._expand(d, corr)
+            sh = self._share_level[d]
+            k = f._blocks[d][3]
+            if np.ndim(sh) == 0 and 0 < k <= 8:
+                corr *= sh
+                for j in range(k):
+                    x[s + j:e:k] += corr
+            else:
+                x[s:e] += sh * f._expand(d, corr)
         return f._from_bfs(x)
 
 

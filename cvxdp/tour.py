@@ -1,0 +1,163 @@
+"""``python -m cvxdp tour``: every implemented family, custom method vs standard solver.
+
+Each row builds a seeded problem, solves it with the cvxdp method and with a
+standard solver through the same cvxpy model, and reports the objective, the
+relative objective gap to the standard solver, the wall time of each
+``prob.solve`` call and the speed-up.  Real data (Adult) is used when
+``../shared/data/adult`` (or ``$CVXDP_ADULT_DIR``) is present.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+import cvxpy as cp
+
+from . import mechanisms, workloads
+from .constraints import consistent
+from .dispatch import ADMM
+from .losses import elastic_net, nll
+
+__all__ = ["run_tour", "TourRow", "adult_dir"]
+
+
+@dataclass
+class TourRow:
+    problem: str
+    size: str
+    method: str
+    objective: float
+    gap: float
+    time: float
+    reference: str
+    reference_time: float
+
+    @property
+    def speedup(self) -> float:
+        return self.reference_time / self.time if self.time > 0 else float("nan")
+
+
+def adult_dir() -> Path | None:
+    """The Adult data directory if present (``$CVXDP_ADULT_DIR`` or ``../shared/data/adult``)."""
+    env = os.environ.get("CVXDP_ADULT_DIR")
+    cands = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    cands += [here.parents[2] / "shared" / "data" / "adult", Path.cwd().parent / "shared" / "data" / "adult"]
+    for c in cands:
+        if (c / "adult.csv").exists():
+            return c
+    return None
+
+
+def _sparse_counts(n: int, rng: np.random.Generator) -> np.ndarray:
+    x = np.zeros(n)
+    nz = rng.random(n) > 0.9
+    x[nz] = np.floor(rng.pareto(1.5, nz.sum()) * 10) + 1
+    return x
+
+
+def _compare(name: str, size: str, build: Callable[[], cp.Problem], method: str, reference: str,
+             ref_opts: dict, method_opts: dict) -> TourRow:
+    prob = build()
+    t0 = time.perf_counter()
+    prob.solve(method="cvxdp", solver=reference, **ref_opts)
+    t_ref = time.perf_counter() - t0
+    ref_val = prob.value
+    prob = build()
+    t0 = time.perf_counter()
+    prob.solve(method="cvxdp", solver=method, **method_opts)
+    t_m = time.perf_counter() - t0
+    gap = (prob.value - ref_val) / max(1.0, abs(ref_val))
+    return TourRow(name, size, "ADMM", prob.value, gap, t_m, reference, t_ref)
+
+
+def _hierarchy_rows(n_leaves: int, eps: float) -> list[TourRow]:
+    rng = np.random.default_rng(0)
+    tree = workloads.hierarchy(n_leaves, 2)
+    y = mechanisms.laplace(tree.queries, _sparse_counts(n_leaves, rng), epsilon=eps, rng=1)
+
+    def build(loss):
+        def make():
+            x = cp.Variable(tree.n_nodes)
+            obj = nll(y, x) if loss == "l1" else elastic_net(y, x, alpha=0.9)
+            return cp.Problem(cp.Minimize(obj), [consistent(tree, x), x >= 0])
+        return make
+
+    size = f"2^{int(np.log2(n_leaves))} leaves"
+    opts = dict(eps_rel=1e-6)
+    return [
+        _compare("hierarchy L1 (Laplace MLE)", size, build("l1"), ADMM, cp.CLARABEL, {}, opts),
+        _compare("hierarchy elastic net", size, build("en"), ADMM, cp.CLARABEL, {}, opts),
+    ]
+
+
+def _table_rows() -> list[TourRow]:
+    d = adult_dir()
+    attrs = ["workclass", "race", "sex", "relationship", "income>50K"]
+    if d is not None:
+        import json
+        domain = json.loads((d / "adult-domain.json").read_text())
+        sizes = tuple(domain[a] for a in attrs)
+        cols = _read_columns(d / "adult.csv", attrs)
+        counts = np.bincount(np.ravel_multi_index(cols.T, sizes), minlength=int(np.prod(sizes)))
+        label = "Adult table"
+    else:
+        sizes = (9, 5, 2, 6, 2)
+        counts = _sparse_counts(int(np.prod(sizes)), np.random.default_rng(3)) * 20
+        label = "synthetic table"
+    counts = counts.astype(float)
+    Q = workloads.marginals(sizes, [(i,) for i in range(len(sizes))])
+    known = Q @ counts
+    y = mechanisms.laplace(sp.identity(counts.size, format="csr"), counts, epsilon=0.5, rng=2)
+
+    def make():
+        z = cp.Variable(counts.size)
+        return cp.Problem(cp.Minimize(nll(y, z)), [Q @ z == known, z >= 0])
+
+    return [_compare(f"{label} L1 + 1-way marginals", f"{counts.size} cells", make, ADMM,
+                     cp.CLARABEL, {}, dict(eps_rel=1e-6))]
+
+
+def _read_columns(path: Path, attrs: list[str]) -> np.ndarray:
+    with open(path) as fh:
+        header = fh.readline().strip().split(",")
+    idx = [header.index(a) for a in attrs]
+    return np.loadtxt(path, delimiter=",", skiprows=1, usecols=idx, dtype=np.int64)
+
+
+def _sorted_rows() -> list[TourRow]:
+    rng = np.random.default_rng(4)
+    degrees = np.sort(np.floor(rng.pareto(1.2, 2000) * 3))
+    noisy = degrees + rng.laplace(scale=2.0, size=degrees.size)
+
+    def make():
+        x = cp.Variable(degrees.size)
+        return cp.Problem(cp.Minimize(cp.norm1(x - noisy) / 2.0), [x[:-1] <= x[1:], x >= 0])
+
+    return [_compare("sorted degree sequence L1", f"{degrees.size} values", make, ADMM,
+                     cp.CLARABEL, {}, dict(eps_rel=1e-6))]
+
+
+def run_tour(fast: bool = False) -> list[TourRow]:
+    """Build and solve every row; ``fast`` shrinks the sizes (for tests)."""
+    rows = []
+    rows += _hierarchy_rows(2 ** (8 if fast else 14), 1.0)
+    rows += _table_rows()
+    rows += _sorted_rows()
+    return rows
+
+
+def format_rows(rows: list[TourRow]) -> str:
+    head = (f"{'problem':<34s} {'size':>16s} {'method':>6s} {'objective':>16s} {'gap':>9s} "
+            f"{'time [s]':>9s} {'reference':>10s} {'ref [s]':>8s} {'speed-up':>8s}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.problem:<34s} {r.size:>16s} {r.method:>6s} {r.objective:>16.8g} "
+                     f"{r.gap:>9.1e} {r.time:>9.3f} {r.reference:>10s} {r.reference_time:>8.3f} "
+                     f"{r.speedup:>7.1f}x")
+    return "\n".join(lines)
