@@ -47,7 +47,7 @@ from ._table import IterationTable
 from .affine import AffineProjector, ForestProjector, make_projector
 from .isotonic import Chains
 from .losses import SeparableLoss
-from .polish import forest_dual, subdifferential_box
+from .polish import forest_dual
 from .result import SolverResult, relative_gap
 
 __all__ = ["ConsistencyData", "ADMMSettings", "solve", "ADMMState"]
@@ -110,6 +110,14 @@ class ADMMState:
     u: np.ndarray
     extra: dict = field(default_factory=dict)
 
+
+# Checks are spaced so that check time / step time <= 1 / _CHECK_SHARE * interval.
+_CHECK_SHARE = 4.0
+
+_MAX_CHECK_INTERVAL = 50
+
+# Below this scale factor the dual point is repaired coordinate-wise instead.
+_REPAIR_BELOW = 0.999
 
 # The active set counts as settled when fewer than this fraction of coordinates
 # changed status since the previous check.
@@ -199,13 +207,30 @@ class _Base:
         polish_info: dict = {"attempts": 0, "success": False}
         prev_sig = tried_sig = None
         tried_gap = math.inf
-        next_adapt = s.adaptive_rho_interval
         last_check = None
+        next_check = 1
+        interval = s.check_every
+        t_steps = t_checks = 0.0
+        n_steps = n_checks = 0
         for it in range(1, s.max_iters + 1):
+            ts = time.perf_counter()
             self.step()
-            if it % s.check_every and it != 1:
+            if s.adaptive_rho and it % s.adaptive_rho_interval == 0:
+                self.adapt_rho(self.residuals())
+            t_steps += time.perf_counter() - ts
+            n_steps += 1
+            if it < next_check and it < s.max_iters:
                 continue
+            tc = time.perf_counter()
             chk = self.check()
+            t_checks += time.perf_counter() - tc
+            n_checks += 1
+            # Checks (dual bound, feasible candidates) cost several steps on large
+            # problems: space them so that they take at most ~1/4 of the time.
+            ratio = (t_checks / n_checks) / max(t_steps / n_steps, 1e-12)
+            interval = min(max(s.check_every, int(math.ceil(_CHECK_SHARE * ratio))),
+                           2 * interval, _MAX_CHECK_INTERVAL)
+            next_check = it + interval
             elapsed = time.perf_counter() - t0
             lower = max(lower, chk["lower"])
             if chk["feasible_x"] is not None and (best is None or chk["primal_obj"] < best[0]):
@@ -252,9 +277,6 @@ class _Base:
             if elapsed >= s.time_limit:
                 status = R.OPTIMAL_INACCURATE
                 break
-            if s.adaptive_rho and it >= next_adapt:
-                self.adapt_rho(chk)
-                next_adapt = it + s.adaptive_rho_interval
         if status is None:
             status = R.OPTIMAL_INACCURATE
         if last_check is None:
@@ -311,6 +333,13 @@ class _SeparableADMM(_Base):
             self.name = "separable/none"
         self.rho = settings.rho or _initial_rho(f.w1, f.w2)
         self.n = n
+        # A point of C inside the bounds proves feasibility: then no infeasibility test.
+        self._surely_feasible = (self.proj is None or not f.has_bounds
+                                 or f.bound_violation(self.proj.particular) == 0.0
+                                 or (isinstance(self.proj, ForestProjector)
+                                     and f.bound_violation(self.proj.feasible_from(f.clip(self.proj.particular))) == 0.0
+                                     and float(np.max(np.abs(self.proj.residual(
+                                         self.proj.feasible_from(f.clip(self.proj.particular)))), initial=0.0)) == 0.0))
 
     # projection onto C and its support-function pieces ------------------
     def P(self, v: np.ndarray) -> np.ndarray:
@@ -347,6 +376,10 @@ class _SeparableADMM(_Base):
     def current_x(self) -> np.ndarray:
         return self.z
 
+    def residuals(self) -> dict:
+        return {"r_prim": float(np.linalg.norm(self.x - self.z)),
+                "r_dual": float(self.rho * np.linalg.norm(self.z - self.z_prev))}
+
     def adapt_rho(self, chk) -> None:
         """Residual balancing (OSQP): scale rho by sqrt of the normalized residual ratio."""
         xn = max(np.linalg.norm(self.x), np.linalg.norm(self.z), 1e-300)
@@ -376,24 +409,6 @@ class _SeparableADMM(_Base):
         On a forest, lam is repaired into the domain of f* node by node (interval
         propagation, see :mod:`solvers.polish`), which loses far less than scaling
         the whole vector; elsewhere it is scaled by the largest feasible theta."""
-        if isinstance(self.proj, ForestProjector):
-            # First the subdifferential at the current point, widened by the primal
-            # residual (near-complementary multipliers give a near-tight bound), then
-            # the plain domain of f* if those intervals admit no multiplier.
-            tol = float(np.max(np.abs(self.x - self.z), initial=0.0))
-            best = -math.inf
-            for lo, hi in (subdifferential_box(self.f, self.x, tol), self.f.dual_domain()):
-                lam_f = forest_dual(self.proj, lo, hi, lam)
-                if lam_f is None:
-                    continue
-                conj = self.f.conjugate(-lam_f)
-                if np.all(np.isfinite(conj)):
-                    val = (-float(conj.sum()) - float(np.dot(lam_f, self.proj.particular))
-                           + self.data.constant)
-                    best = max(best, val)
-                    break
-            if math.isfinite(best):
-                return best
         if self.proj is not None:
             lam = lam - self.proj.project_nullspace(lam)      # into range(A^T)
             support = float(np.dot(lam, self.proj.particular))
@@ -404,11 +419,19 @@ class _SeparableADMM(_Base):
             lam = np.zeros_like(lam)
             support = 0.0
         theta = self.f.max_dual_scale(-lam)
-        lam = theta * lam
-        conj = self.f.conjugate(-lam)
-        if not np.all(np.isfinite(conj)):
+        if theta < _REPAIR_BELOW and isinstance(self.proj, ForestProjector):
+            # Scaling the whole vector would lose too much: repair lam into the domain
+            # of f* node by node instead (interval propagation on the forest).
+            lo, hi = self.f.dual_domain()
+            lam_f = forest_dual(self.proj, lo, hi, lam)
+            if lam_f is not None:
+                val = self.f.conjugate_sum(-lam_f)
+                if math.isfinite(val):
+                    return -val - float(np.dot(lam_f, self.proj.particular)) + self.data.constant
+        val = self.f.conjugate_sum(-theta * lam)
+        if not math.isfinite(val):
             return -math.inf
-        return -float(conj.sum()) - theta * support + self.data.constant
+        return -val - theta * support + self.data.constant
 
     def check(self) -> dict:
         f, d = self.f, self.data
@@ -440,7 +463,7 @@ class _SeparableADMM(_Base):
         eps_p = tol * math.sqrt(self.n) + self.s.eps_rel * xn
         eps_d = tol * math.sqrt(self.n) + self.s.eps_rel * self.rho * np.linalg.norm(self.u)
         out["residuals_converged"] = r_prim <= eps_p and r_dual <= eps_d and not math.isfinite(lower)
-        if r_prim > eps_p and self.proj is not None and f.has_bounds:
+        if r_prim > eps_p and self.proj is not None and f.has_bounds and not self._surely_feasible:
             cert = self._infeasibility_certificate()
             if cert is not None:
                 out["infeasible"] = True
@@ -625,6 +648,10 @@ class _GeneralADMM(_Base):
             rd_vec = rd_vec + (xj - xjp)
         return math.sqrt(rp), float(self.rho * np.linalg.norm(rd_vec))
 
+    def residuals(self) -> dict:
+        r_prim, r_dual = self._residuals()
+        return {"r_prim": r_prim, "r_dual": r_dual}
+
     def adapt_rho(self, chk) -> None:
         scale_p = max(np.linalg.norm(self.x), np.linalg.norm(self.r), 1e-300)
         scale_d = max(self.rho * (np.linalg.norm(self.MT @ self.mu)
@@ -668,7 +695,7 @@ class _GeneralADMM(_Base):
         if absorb is None:
             return -math.inf
         lams[absorb] = -(self.MT @ mu) - sum(l for j, l in enumerate(lams) if j != absorb)
-        total = -float(self.loss.conjugate(mu).sum()) - float(mu @ d.y)
+        total = -self.loss.conjugate_sum(mu) - float(mu @ d.y)
         for j, nm in enumerate(names):
             lam = lams[j]
             if nm == "bounds":

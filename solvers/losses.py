@@ -14,6 +14,7 @@ optional bounds ``lower_i <= x_i <= upper_i``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,10 @@ class SeparableLoss:
         self._lo = float(self.lower[0]) if self.lower.size and np.all(self.lower == self.lower[0]) else self.lower
         self._hi = float(self.upper[0]) if self.upper.size and np.all(self.upper == self.upper[0]) else self.upper
         self._has_lo, self._has_hi = bool(lo_fin.any()), bool(hi_fin.any())
+        self._nonneg_only = bool(np.all(self.lower == 0) and np.all(np.isinf(self.upper)))
+        if self._nonneg_only:
+            self._ypos = np.maximum(self.y, 0.0)
+            self._wyneg = float(np.dot(self.w1, np.maximum(-self.y, 0.0)))
 
     @property
     def n(self) -> int:
@@ -106,6 +111,21 @@ class SeparableLoss:
         s_upper = np.where(x >= self.upper - tol, np.maximum(g - hi, 0.0), 0.0)
         return s_lower, s_upper
 
+    def conjugate_sum(self, s: np.ndarray) -> float:
+        """``sum_i f_i^*(s_i)`` (``inf`` outside the domain), with a one-pass fast
+        path for pure L1 with ``x >= 0`` (the hierarchy case):
+        ``f^*(s) = max(s, -w) y_+ - w y_-`` for ``s <= w``."""
+        if self._l1_only and self._nonneg_only:
+            if self._w1_vec:
+                if np.any(s > self.w1):
+                    return math.inf
+                return float(np.dot(np.maximum(s, -self.w1), self._ypos)) - self._wyneg
+            w = self._w1_scalar
+            if s.size and s.max() > w:
+                return math.inf
+            return float(np.dot(np.maximum(s, -w), self._ypos)) - self._wyneg
+        return float(np.sum(self.conjugate(s)))
+
     def conjugate(self, s: np.ndarray) -> np.ndarray:
         """Elementwise ``f_i^*(s_i)`` (``+inf`` outside the domain)."""
         s = np.asarray(s, dtype=float)
@@ -127,10 +147,12 @@ class SeparableLoss:
         """Interval ``[lo, hi]`` per coordinate of the multipliers ``lam = -s`` for
         which ``f^*(s)`` is finite: a pure-L1 (or unmeasured) coordinate with no
         upper bound needs ``s <= w1``, with no lower bound ``s >= -w1``."""
-        flat = self.w2 == 0
-        s_hi = np.where(flat & np.isinf(self.upper), self.w1, np.inf)
-        s_lo = np.where(flat & np.isinf(self.lower), -self.w1, -np.inf)
-        return -s_hi, -s_lo
+        if getattr(self, "_domain", None) is None:
+            flat = self.w2 == 0
+            s_hi = np.where(flat & np.isinf(self.upper), self.w1, np.inf)
+            s_lo = np.where(flat & np.isinf(self.lower), -self.w1, -np.inf)
+            self._domain = (-s_hi, -s_lo)
+        return self._domain
 
     def max_dual_scale(self, s: np.ndarray) -> float:
         """Largest ``theta in [0, 1]`` with ``f^*(theta s)`` finite."""

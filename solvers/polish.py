@@ -192,13 +192,13 @@ def forest_dual(proj: ForestProjector, L, U, lam_admm):
     internal = F._n_children_pos > 0
     for d in range(F.n_levels - 1, 0, -1):
         s, e = F.level_bounds[d], F.level_bounds[d + 1]
-        ppos = F._ppos[s:e]
+        par = F._parent_slices[d]
         kid_int = internal[s:e]
-        # constraint on the parent's y from each child
+        # constraint on the parent's y from each child: y_p in [y_c - U_c, y_c - L_c]
         jlo = np.where(kid_int, Ilo[s:e] - Up[s:e], -Up[s:e])
         jhi = np.where(kid_int, Ihi[s:e] - Lp[s:e], -Lp[s:e])
-        np.maximum.at(Ilo, ppos, jlo)
-        np.minimum.at(Ihi, ppos, jhi)
+        Ilo[par] = F._block_reduce(d, jlo, np.maximum)
+        Ihi[par] = F._block_reduce(d, jhi, np.minimum)
     roots = slice(F.level_bounds[0], F.level_bounds[1])
     rlo = np.maximum(Ilo[roots], Lp[roots])
     rhi = np.minimum(Ihi[roots], Up[roots])
@@ -210,15 +210,16 @@ def forest_dual(proj: ForestProjector, L, U, lam_admm):
     yv[roots] = np.clip(y_ref[roots], Ilo[roots], Ihi[roots])
     for d in range(1, F.n_levels):
         s, e = F.level_bounds[d], F.level_bounds[d + 1]
-        ypar = yv[F._ppos[s:e]]
+        ypar = F._expand(d, yv[F._parent_slices[d]])
         lo = np.maximum(Ilo[s:e], ypar + Lp[s:e])
         hi = np.minimum(Ihi[s:e], ypar + Up[s:e])
         hi = np.maximum(hi, lo)            # within slack: collapse
         yv[s:e] = np.where(internal[s:e], np.clip(y_ref[s:e], lo, hi), 0.0)
     # lam = C^T y in BFS positions, then back to original order
     lam_p = np.where(internal, yv, 0.0)
-    nonroot = F._ppos >= 0
-    lam_p[nonroot] -= yv[F._ppos[nonroot]]
+    for d in range(1, F.n_levels):
+        s, e = F.level_bounds[d], F.level_bounds[d + 1]
+        lam_p[s:e] -= F._expand(d, yv[F._parent_slices[d]])
     lam = np.empty(F.n)
     lam[order] = lam_p
     # the user's rows may be scaled; C^T y is invariant to that (y is per canonical row)

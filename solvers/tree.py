@@ -135,6 +135,16 @@ class Forest:
             return out
         return np.add.reduceat(vals, starts)
 
+    def _block_reduce(self, d: int, vals: np.ndarray, op: np.ufunc) -> np.ndarray:
+        """Per-parent ``op``-reduction (``np.maximum``/``np.minimum``) over level ``d``."""
+        _, starts, _, k = self._blocks[d]
+        if 0 < k <= 8:
+            out = vals[0::k].copy()
+            for j in range(1, k):
+                op(out, vals[j::k], out=out)
+            return out
+        return op.reduceat(vals, starts)
+
     def _expand(self, d: int, per_parent: np.ndarray) -> np.ndarray:
         """Repeat per-parent values over the children of level ``d``."""
         _, _, sizes, k = self._blocks[d]

@@ -217,3 +217,45 @@ def test_other_standard_solvers_agree():
     val, _, _ = solve_admm(prob)
     prob.solve(solver=cp.SCS, eps_abs=1e-9, eps_rel=1e-9, max_iters=100000)
     assert abs(prob.value - val) <= 1e-5 * val
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_duals_match_clarabel_on_strictly_convex_instances(seed):
+    """Elastic net with large counts (full-row-rank constraints, nonneg inactive):
+    the multipliers are unique and must agree with Clarabel's, with cvxpy's signs."""
+    rng = np.random.default_rng(seed)
+    tree = W.hierarchy(32, 2)
+    y = M.laplace(tree.queries, rng.integers(50, 200, 32).astype(float), epsilon=1.0, rng=seed)
+    x = cp.Variable(tree.n_nodes)
+    shape = (3, 4, 5)
+    T = rng.poisson(20, size=shape).astype(float)
+    Q = W.marginal(shape, (0, 1))
+    meas = M.laplace(sp.identity(T.size), T.ravel(), epsilon=0.5, rng=seed)
+    z = cp.Variable(T.size)
+    problems = [
+        cp.Problem(cp.Minimize(cvxdp.elastic_net(y, x, alpha=0.5)), [cvxdp.consistent(tree, x), x >= 0]),
+        cp.Problem(cp.Minimize(cvxdp.elastic_net(meas, z, alpha=0.5)), [Q @ z == Q @ T.ravel(), z >= 0]),
+    ]
+    for prob in problems:
+        _, _, ref_duals = reference(prob)
+        _, _, duals = solve_admm(prob)
+        for c in prob.constraints:
+            scale = max(1.0, np.abs(ref_duals[c.id]).max())
+            np.testing.assert_allclose(duals[c.id], ref_duals[c.id], atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l1_duals_satisfy_kkt(seed):
+    """Pure L1 duals are not unique; ours must still certify optimality: stationarity
+    C^T y - s in -d|x - y|/b, s >= 0, s * x = 0 (complementarity)."""
+    prob, x, tree, y = tree_problem("l1", 64, 2, 1.0, seed)
+    solve_admm(prob)
+    yd, s = prob.constraints[0].dual_value, prob.constraints[1].dual_value
+    g = -(tree.consistency.T @ yd) + s                 # must lie in d(|x - y| / b)
+    r = x.value - y.answers
+    w = 1.0 / y.scale
+    kink = np.abs(r) <= 1e-7 * max(1.0, np.abs(y.answers).max())
+    assert np.all(np.abs(g[kink]) <= w + 1e-8)
+    np.testing.assert_allclose(g[~kink], w * np.sign(r[~kink]), atol=1e-8)
+    assert np.all(s >= 0)
+    assert np.max(np.abs(s * x.value)) <= 1e-8
