@@ -48,6 +48,7 @@ from .affine import AffineProjector, ForestProjector, make_projector
 from .isotonic import Chains
 from .losses import SeparableLoss
 from .polish import forest_dual
+from ._linalg import dot as _dot, norm as _norm
 from .result import SolverResult, relative_gap
 
 __all__ = ["ConsistencyData", "ADMMSettings", "solve", "ADMMState"]
@@ -73,7 +74,7 @@ class ConsistencyData:
 
     def objective(self, x: np.ndarray) -> float:
         r = self.M @ x - self.y
-        return float(np.dot(self.w1, np.abs(r)) + 0.5 * np.dot(self.w2, r * r)) + self.constant
+        return float(_dot(self.w1, np.abs(r)) + 0.5 * _dot(self.w2, r * r)) + self.constant
 
 
 @dataclass
@@ -115,6 +116,9 @@ class ADMMState:
 _CHECK_SHARE = 4.0
 
 _MAX_CHECK_INTERVAL = 50
+
+# Checks after a failed polish before trying again even if the gap has not halved.
+_RETRY_CHECKS = 10
 
 # Below this scale factor the dual point is repaired coordinate-wise instead.
 _REPAIR_BELOW = 0.999
@@ -207,6 +211,7 @@ class _Base:
         polish_info: dict = {"attempts": 0, "success": False}
         prev_sig = tried_sig = None
         tried_gap = math.inf
+        checks_since_try = 0
         last_check = None
         next_check = 1
         interval = s.check_every
@@ -236,16 +241,19 @@ class _Base:
             if chk["feasible_x"] is not None and (best is None or chk["primal_obj"] < best[0]):
                 best = (chk["primal_obj"], chk["feasible_x"], None)
             gap = relative_gap(best[0], lower) if best is not None else math.inf
-            if s.polish and not polish_info["success"] and gap <= s.polish_gap:
+            checks_since_try += 1
+            if s.polish and not polish_info["success"]:
                 # Polish once the identified active set has settled (few changes since the
-                # last check) and differs from the one a previous attempt failed on.
+                # last check) and differs from the one a previous attempt failed on; after a
+                # failure, wait until the gap halves or several checks have passed (the
+                # certified gap of some splittings stalls while the active set is right).
                 sig = self.active_signature()
                 changes = math.inf if prev_sig is None or sig is None else int(np.count_nonzero(sig != prev_sig))
                 prev_sig = sig
-                if (sig is not None and changes <= max(2, _SETTLED_FRACTION * self.n)
-                        and gap <= tried_gap / 2
+                if (sig is not None and changes <= max(2, _SETTLED_FRACTION * sig.size)
+                        and (gap <= min(s.polish_gap, tried_gap / 2) or checks_since_try >= _RETRY_CHECKS)
                         and (tried_sig is None or np.count_nonzero(sig != tried_sig) > 0)):
-                    tried_sig, tried_gap = sig, gap
+                    tried_sig, tried_gap, checks_since_try = sig, gap, 0
                     pol = self.polish()
                     polish_info["attempts"] += 1
                     polish_info["reason"] = getattr(self, "polish_reason", None)
@@ -377,13 +385,13 @@ class _SeparableADMM(_Base):
         return self.z
 
     def residuals(self) -> dict:
-        return {"r_prim": float(np.linalg.norm(self.x - self.z)),
-                "r_dual": float(self.rho * np.linalg.norm(self.z - self.z_prev))}
+        return {"r_prim": float(_norm(self.x - self.z)),
+                "r_dual": float(self.rho * _norm(self.z - self.z_prev))}
 
     def adapt_rho(self, chk) -> None:
         """Residual balancing (OSQP): scale rho by sqrt of the normalized residual ratio."""
-        xn = max(np.linalg.norm(self.x), np.linalg.norm(self.z), 1e-300)
-        un = max(self.rho * np.linalg.norm(self.u), 1e-300)
+        xn = max(_norm(self.x), _norm(self.z), 1e-300)
+        un = max(self.rho * _norm(self.u), 1e-300)
         pri = chk["r_prim"] / xn
         dua = chk["r_dual"] / un
         if pri <= 0 or dua <= 0:
@@ -411,7 +419,7 @@ class _SeparableADMM(_Base):
         the whole vector; elsewhere it is scaled by the largest feasible theta."""
         if self.proj is not None:
             lam = lam - self.proj.project_nullspace(lam)      # into range(A^T)
-            support = float(np.dot(lam, self.proj.particular))
+            support = float(_dot(lam, self.proj.particular))
         elif self.chains is not None:
             lam = lam - self.chains.project(lam)              # into the polar cone
             support = 0.0
@@ -427,7 +435,7 @@ class _SeparableADMM(_Base):
             if lam_f is not None:
                 val = self.f.conjugate_sum(-lam_f)
                 if math.isfinite(val):
-                    return -val - float(np.dot(lam_f, self.proj.particular)) + self.data.constant
+                    return -val - float(_dot(lam_f, self.proj.particular)) + self.data.constant
         val = self.f.conjugate_sum(-theta * lam)
         if not math.isfinite(val):
             return -math.inf
@@ -435,8 +443,8 @@ class _SeparableADMM(_Base):
 
     def check(self) -> dict:
         f, d = self.f, self.data
-        r_prim = float(np.linalg.norm(self.x - self.z))
-        r_dual = float(self.rho * np.linalg.norm(self.z - self.z_prev))
+        r_prim = float(_norm(self.x - self.z))
+        r_dual = float(self.rho * _norm(self.z - self.z_prev))
         lower = self._dual_value(self.rho * self.u)
         # feasible candidates: z is in C by construction (only its bounds need checking);
         # with a forest, the clipped leaves of x summed up are consistent too
@@ -459,9 +467,9 @@ class _SeparableADMM(_Base):
         out = {"r_prim": r_prim, "r_dual": r_dual, "lower": lower,
                "feasible_x": feasible_x, "primal_obj": pobj if feasible_x is not None else f.value(self.z) + d.constant,
                "x_candidate": self.z, "x_candidate_ok": bool(z_ok)}
-        xn = max(np.linalg.norm(self.x), np.linalg.norm(self.z))
+        xn = max(_norm(self.x), _norm(self.z))
         eps_p = tol * math.sqrt(self.n) + self.s.eps_rel * xn
-        eps_d = tol * math.sqrt(self.n) + self.s.eps_rel * self.rho * np.linalg.norm(self.u)
+        eps_d = tol * math.sqrt(self.n) + self.s.eps_rel * self.rho * _norm(self.u)
         out["residuals_converged"] = r_prim <= eps_p and r_dual <= eps_d and not math.isfinite(lower)
         if r_prim > eps_p and self.proj is not None and f.has_bounds and not self._surely_feasible:
             cert = self._infeasibility_certificate()
@@ -474,7 +482,7 @@ class _SeparableADMM(_Base):
         """Separating hyperplane between the box and the affine set, from z - x."""
         lam = self.z - self.x
         lam = lam - self.proj.project_nullspace(lam)
-        nrm = np.linalg.norm(lam)
+        nrm = _norm(lam)
         if nrm == 0:
             return None
         lam /= nrm
@@ -484,8 +492,8 @@ class _SeparableADMM(_Base):
         if not np.all(np.isfinite(sup_box)):
             return None
         sup = float(sup_box.sum())
-        level = float(np.dot(lam, self.proj.particular))
-        scale = 1.0 + np.linalg.norm(self.proj.particular) + np.linalg.norm(self.x)
+        level = float(_dot(lam, self.proj.particular))
+        scale = 1.0 + _norm(self.proj.particular) + _norm(self.x)
         if sup < level - 1e-7 * scale:
             return {"direction": lam, "box_support": sup, "affine_level": level}
         return None
@@ -640,22 +648,22 @@ class _GeneralADMM(_Base):
 
     def _residuals(self):
         mx = self.M @ self.x - self.data.y
-        rp = np.linalg.norm(mx - self.r) ** 2
+        rp = _norm(mx - self.r) ** 2
         for xj in self.xs:
-            rp += np.linalg.norm(self.x - xj) ** 2
+            rp += _norm(self.x - xj) ** 2
         rd_vec = self.MT @ (self.r - self.r_prev)
         for xj, xjp in zip(self.xs, self.xs_prev):
             rd_vec = rd_vec + (xj - xjp)
-        return math.sqrt(rp), float(self.rho * np.linalg.norm(rd_vec))
+        return math.sqrt(rp), float(self.rho * _norm(rd_vec))
 
     def residuals(self) -> dict:
         r_prim, r_dual = self._residuals()
         return {"r_prim": r_prim, "r_dual": r_dual}
 
     def adapt_rho(self, chk) -> None:
-        scale_p = max(np.linalg.norm(self.x), np.linalg.norm(self.r), 1e-300)
-        scale_d = max(self.rho * (np.linalg.norm(self.MT @ self.mu)
-                                  + sum(np.linalg.norm(u) for u in self.us)), 1e-300)
+        scale_p = max(_norm(self.x), _norm(self.r), 1e-300)
+        scale_d = max(self.rho * (_norm(self.MT @ self.mu)
+                                  + sum(_norm(u) for u in self.us)), 1e-300)
         pri, dua = chk["r_prim"] / scale_p, chk["r_dual"] / scale_d
         if pri <= 0 or dua <= 0:
             return
@@ -695,7 +703,7 @@ class _GeneralADMM(_Base):
         if absorb is None:
             return -math.inf
         lams[absorb] = -(self.MT @ mu) - sum(l for j, l in enumerate(lams) if j != absorb)
-        total = -self.loss.conjugate_sum(mu) - float(mu @ d.y)
+        total = -self.loss.conjugate_sum(mu) - _dot(mu, d.y)
         for j, nm in enumerate(names):
             lam = lams[j]
             if nm == "bounds":
@@ -707,14 +715,14 @@ class _GeneralADMM(_Base):
             elif nm == "eq":
                 if j == absorb:
                     resid = lam - (lam - self.proj.project_nullspace(lam))
-                    if np.linalg.norm(resid) > 1e-9 * (1 + np.linalg.norm(lam)):
+                    if _norm(resid) > 1e-9 * (1 + _norm(lam)):
                         return -math.inf
-                total -= float(lam @ self.proj.particular)
+                total -= _dot(lam, self.proj.particular)
             elif nm == "order":
-                if j == absorb and np.linalg.norm(self.chains.project(lam)) > 1e-9 * (1 + np.linalg.norm(lam)):
+                if j == absorb and _norm(self.chains.project(lam)) > 1e-9 * (1 + _norm(lam)):
                     return -math.inf
             elif nm == "free":
-                if np.linalg.norm(lam) > 1e-9 * (1 + np.linalg.norm(mu)):
+                if _norm(lam) > 1e-9 * (1 + _norm(mu)):
                     return -math.inf
         return total + d.constant
 
@@ -731,8 +739,8 @@ class _GeneralADMM(_Base):
                 if val < pobj:
                     feasible_x, pobj = c, val
         dim = self.n * len(self.blocks) + self.m
-        scale_p = max(np.linalg.norm(self.x), np.linalg.norm(self.r))
-        scale_d = self.rho * (np.linalg.norm(self.MT @ self.mu) + sum(np.linalg.norm(u) for u in self.us))
+        scale_p = max(_norm(self.x), _norm(self.r))
+        scale_d = self.rho * (_norm(self.MT @ self.mu) + sum(_norm(u) for u in self.us))
         eps_p = tol * math.sqrt(dim) + self.s.eps_rel * scale_p
         eps_d = tol * math.sqrt(self.n) + self.s.eps_rel * scale_d
         cand = self.xs[-1] if self.blocks[-1][0] != "free" else self.x
@@ -761,10 +769,18 @@ class _GeneralADMM(_Base):
         return out
 
     def active_signature(self):
-        return None
+        """Zero residuals of the prox and bound hits of the bounds block."""
+        if "bounds" not in [nm for nm, _ in self.blocks] or self.chains is not None:
+            return None
+        xb = self.xs[[nm for nm, _ in self.blocks].index("bounds")]
+        d = self.data
+        return np.r_[((d.w1 > 0) & (self.r == 0)).astype(np.int8),
+                     (xb <= d.lower).astype(np.int8) + 2 * (xb >= d.upper).astype(np.int8)]
 
     def polish(self):
-        return None
+        from .polish import polish_general
+
+        return polish_general(self)
 
     def export_state(self) -> ADMMState:
         return ADMMState(self.name, self.rho, self.x.copy(), np.zeros(0),

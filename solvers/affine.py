@@ -21,6 +21,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from ._linalg import norm as _norm
 from .tree import Forest, TreeLSQ
 
 __all__ = ["AffineProjector", "ForestProjector", "make_projector"]
@@ -59,15 +60,15 @@ class AffineProjector:
         self._scale_A = float(np.sqrt(scale)) if p else 1.0
         x0 = self.project(np.zeros(self.n))
         r = self.A @ x0 - self.b
-        self.feasible = bool(np.linalg.norm(r) <= _INFEASIBLE_RTOL * (1.0 + np.linalg.norm(self.b)))
+        self.feasible = bool(_norm(r) <= _INFEASIBLE_RTOL * (1.0 + _norm(self.b)))
         self.particular = x0
 
     def project(self, v: np.ndarray) -> np.ndarray:
         x = np.array(v, dtype=float, copy=True)
-        target = _REFINE_RTOL * (np.linalg.norm(self.b) + self._scale_A * np.linalg.norm(x) + 1e-300)
+        target = _REFINE_RTOL * (_norm(self.b) + self._scale_A * _norm(x) + 1e-300)
         for _ in range(_REFINE_STEPS):
             r = self.A @ x - self.b
-            if np.linalg.norm(r) <= target:
+            if _norm(r) <= target:
                 break
             x -= self.AT @ self._solve(r)
         return x

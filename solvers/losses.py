@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._linalg import dot as _dot
+
 __all__ = ["SeparableLoss", "soft_threshold"]
 
 
@@ -59,7 +61,7 @@ class SeparableLoss:
         self._nonneg_only = bool(np.all(self.lower == 0) and np.all(np.isinf(self.upper)))
         if self._nonneg_only:
             self._ypos = np.maximum(self.y, 0.0)
-            self._wyneg = float(np.dot(self.w1, np.maximum(-self.y, 0.0)))
+            self._wyneg = float(_dot(self.w1, np.maximum(-self.y, 0.0)))
 
     @property
     def n(self) -> int:
@@ -68,7 +70,7 @@ class SeparableLoss:
     def value(self, x: np.ndarray) -> float:
         """Loss at ``x`` (bounds are not charged; see :meth:`bound_violation`)."""
         r = x - self.y
-        return float(np.dot(self.w1, np.abs(r)) + 0.5 * np.dot(self.w2, r * r))
+        return float(_dot(self.w1, np.abs(r)) + 0.5 * _dot(self.w2, r * r))
 
     def bound_violation(self, x: np.ndarray) -> float:
         if not self.has_bounds:
@@ -119,11 +121,11 @@ class SeparableLoss:
             if self._w1_vec:
                 if np.any(s > self.w1):
                     return math.inf
-                return float(np.dot(np.maximum(s, -self.w1), self._ypos)) - self._wyneg
+                return float(_dot(np.maximum(s, -self.w1), self._ypos)) - self._wyneg
             w = self._w1_scalar
             if s.size and s.max() > w:
                 return math.inf
-            return float(np.dot(np.maximum(s, -w), self._ypos)) - self._wyneg
+            return float(_dot(np.maximum(s, -w), self._ypos)) - self._wyneg
         return float(np.sum(self.conjugate(s)))
 
     def conjugate(self, s: np.ndarray) -> np.ndarray:
