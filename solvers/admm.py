@@ -287,6 +287,16 @@ class _Base:
                 break
         if status is None:
             status = R.OPTIMAL_INACCURATE
+        if status == R.OPTIMAL and s.polish and not polish_info["success"]:
+            # Converged on the ADMM certificate: one polish turns the iterate into an
+            # exact KKT point (exact multipliers too) when the active set is right.
+            pol = self.polish()
+            polish_info["attempts"] += 1
+            polish_info["reason"] = getattr(self, "polish_reason", None)
+            if pol is not None and relative_gap(pol[0], pol[3]) <= s.eps_rel and pol[0] <= best[0] + s.eps_rel * max(1.0, abs(best[0])):
+                best = (pol[0], pol[1], pol[2])
+                lower = max(lower, pol[3])
+                polish_info["success"] = True
         if last_check is None:
             last_check = self.check()
         if status == R.INFEASIBLE:
@@ -308,12 +318,13 @@ class _Base:
         if duals is None:
             duals = self.duals(xbest)
         gap = relative_gap(obj, lower)
+        viol = self.violation(xbest)
         res = SolverResult(
             x=xbest, status=status, objective=obj, lower_bound=lower, gap=gap, duals=duals,
-            iterations=it, primal_residual=last_check["r_prim"], dual_residual=last_check["r_dual"],
+            iterations=it, primal_residual=viol, dual_residual=last_check["r_dual"],
             history=history,
             info={"splitting": self.name, "rho": self.rho, "polish": polish_info,
-                  "violation": self.violation(xbest)})
+                  "violation": viol, "admm_primal_residual": last_check["r_prim"]})
         res.state = self.export_state()
         self.table.footer(f"status: {status}, objective {obj:.10g}, certified gap {gap:.2e}, "
                           f"{it} iterations, polish {'ok' if polish_info['success'] else 'no'}")

@@ -35,7 +35,8 @@ class SolverResult:
     duals : multipliers keyed by constraint block (``"eq"``, ``"lower"``,
         ``"upper"``, ``"order"``), in the sign convention documented by the method.
     iterations : number of iterations run.
-    primal_residual, dual_residual : final residual norms.
+    primal_residual : largest constraint violation of ``x``.
+    dual_residual : the method's final dual residual norm.
     setup_time, solve_time : seconds spent factorizing/preparing and iterating.
     history : per-iteration records (the verbose table).
     info : anything method specific (rho, polish outcome, certificates ...).
@@ -59,7 +60,11 @@ class SolverResult:
 
 
 def relative_gap(objective: float, lower_bound: float) -> float:
-    """``(objective - lower_bound) / max(1, |objective|)``, never negative."""
+    """``(objective - lower_bound) / max(1, |objective|)``.
+
+    Signed: a returned point may violate constraints by up to ``eps_abs`` and then
+    sit slightly below the optimum, so the bound can exceed its objective; the
+    negative value says so instead of hiding it as zero."""
     if not np.isfinite(objective) or not np.isfinite(lower_bound):
         return float("inf")
-    return max(0.0, objective - lower_bound) / max(1.0, abs(objective))
+    return (objective - lower_bound) / max(1.0, abs(objective))

@@ -71,8 +71,9 @@ class ADMMMethod:
             "objective": res.objective,
             "lower_bound": res.lower_bound,
             "gap": res.gap,
-            "primal_residual": res.primal_residual,
-            "dual_residual": res.dual_residual,
+            "primal_residual": res.primal_residual,        # largest violation of the returned x
+            "dual_residual": res.dual_residual,            # ADMM's last dual residual
+            "admm_primal_residual": res.info.get("admm_primal_residual"),
             "constraint_violation": res.info.get("violation"),
             "rho": res.info.get("rho"),
             "polish": res.info.get("polish"),
