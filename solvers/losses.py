@@ -86,16 +86,26 @@ class SeparableLoss:
             return np.minimum(x, self._hi)
         return np.clip(x, self._lo, self._hi)
 
-    def prox(self, v: np.ndarray, rho: float) -> np.ndarray:
-        """``argmin_x f(x) + (rho/2)||x - v||^2``."""
-        r = v - self.y
+    def prox(self, v: np.ndarray, rho: float, out_of_place: bool = True) -> np.ndarray:
+        """``argmin_x f(x) + (rho/2)||x - v||^2`` (computed in place on a copy of v)."""
+        x = np.array(v, dtype=float, copy=True) if out_of_place else v
         if self._l1_only:
+            # soft threshold towards y: x = v - clip(v - y, -t, t)
             t = self.w1 / rho if self._w1_vec else self._w1_scalar / rho
-            r -= np.clip(r, -t, t)
+            d = np.subtract(x, self.y)
+            np.clip(d, -t, t, out=d)
+            x -= d
         else:
-            r = soft_threshold(r, self.w1 / rho) / (1.0 + self.w2 / rho)
-        r += self.y
-        return self.clip(r)
+            r = x - self.y
+            x = self.y + soft_threshold(r, self.w1 / rho) / (1.0 + self.w2 / rho)
+        if self.has_bounds:
+            if self._has_lo and not self._has_hi:
+                np.maximum(x, self._lo, out=x)
+            elif self._has_hi and not self._has_lo:
+                np.minimum(x, self._hi, out=x)
+            else:
+                np.clip(x, self._lo, self._hi, out=x)
+        return x
 
     def subgradient_at(self, x: np.ndarray, g: np.ndarray, tol: float = 0.0
                        ) -> tuple[np.ndarray, np.ndarray]:
