@@ -120,11 +120,16 @@ _CHECK_SHARE = 4.0
 
 _MAX_CHECK_INTERVAL = 50
 
+# A last polish after convergence (exact multipliers) is tried when at least this
+# accuracy was asked for; at looser tolerances it rarely succeeds and costs a step's time.
+_FINAL_POLISH_EPS = 1e-6
+
 # Checks after a failed polish before trying again even if the gap has not halved.
 _RETRY_CHECKS = 10
 
-# Below this scale factor the dual point is repaired coordinate-wise instead.
-_REPAIR_BELOW = 0.999
+# Below this scale factor the dual point is repaired coordinate-wise instead: scaling
+# by even 0.999 costs 1e-3 of the objective, ten times a 1e-4 target.
+_REPAIR_BELOW = 1.0
 
 # The active set counts as settled when fewer than this fraction of coordinates
 # changed status since the previous check.
@@ -196,6 +201,17 @@ def _initial_rho(w1: np.ndarray, w2: np.ndarray) -> float:
 class _Base:
     name = "base"
     infeasible_setup = False
+
+    def _balanced_rho(self, pri: float, dua: float) -> float | None:
+        """Residual balancing (OSQP): rho * sqrt(pri / dua) for the normalized primal and
+        dual residuals, or None while their ratio is within the tolerance."""
+        if pri <= 0 or dua <= 0:
+            return None
+        ratio = math.sqrt(pri / dua)
+        tol = self.s.adaptive_rho_tolerance
+        if ratio > tol or ratio < 1.0 / tol:
+            return self.rho * ratio
+        return None
 
     def __init__(self, data: ConsistencyData, settings: ADMMSettings) -> None:
         self.data = data
@@ -291,7 +307,7 @@ class _Base:
                 break
         if status is None:
             status = R.OPTIMAL_INACCURATE
-        if status == R.OPTIMAL and s.polish and not polish_info["success"]:
+        if status == R.OPTIMAL and s.polish and not polish_info["success"] and s.eps_rel <= _FINAL_POLISH_EPS:
             # Converged on the ADMM certificate: one polish turns the iterate into an
             # exact KKT point (exact multipliers too) when the active set is right.
             pol = self.polish()
@@ -423,12 +439,8 @@ class _SeparableADMM(_Base):
         un = max(self.rho * _norm(self.u), 1e-300)
         pri = chk["r_prim"] / xn
         dua = chk["r_dual"] / un
-        if pri <= 0 or dua <= 0:
-            return
-        ratio = math.sqrt(pri / dua)
-        tol = self.s.adaptive_rho_tolerance
-        if ratio > tol or ratio < 1.0 / tol:
-            new = self.rho * ratio
+        new = self._balanced_rho(pri, dua)
+        if new is not None:
             # rescale the scaled dual u = w - z: w = z + u * rho / rho_new
             self.w = self.z + (self.w - self.z) * (self.rho / new)
             self.w_used = self.w
@@ -467,6 +479,7 @@ class _SeparableADMM(_Base):
             if lam_f is not None:
                 val = self.f.conjugate_sum(-lam_f)
                 if math.isfinite(val):
+                    self.last_dual_point = lam_f
                     return -val - float(_dot(lam_f, self.proj.particular)) + self.data.constant
         val = self.f.conjugate_sum(-theta * lam)
         if not math.isfinite(val):
@@ -697,12 +710,8 @@ class _GeneralADMM(_Base):
         scale_d = max(self.rho * (_norm(self.MT @ self.mu)
                                   + sum(_norm(u) for u in self.us)), 1e-300)
         pri, dua = chk["r_prim"] / scale_p, chk["r_dual"] / scale_d
-        if pri <= 0 or dua <= 0:
-            return
-        ratio = math.sqrt(pri / dua)
-        tol = self.s.adaptive_rho_tolerance
-        if ratio > tol or ratio < 1.0 / tol:
-            new = self.rho * ratio
+        new = self._balanced_rho(pri, dua)
+        if new is not None:
             f = self.rho / new
             self.mu *= f
             for u in self.us:

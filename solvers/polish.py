@@ -41,6 +41,8 @@ _HEAVY = 1e7
 _MOVE_RTOL = 1e-12
 # A held residual that moves by this fraction of the conflict it resolves is released.
 _CONFLICT_FRACTION = 1e-3
+# Relative distance from +-w within which a dual value counts as on the edge.
+_DUAL_MARGIN = 1e-3
 # Active-set correction rounds before giving up on this iterate.
 _ROUNDS = 6
 
@@ -57,6 +59,9 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
     at_hi = x_admm >= f.upper
     zero_res = (w1 > 0) & (r == 0) & ~(at_lo | at_hi)
     sigma = np.sign(r)
+    lam_dual = getattr(solver, "last_dual_point", None)
+    if lam_dual is not None:
+        _identify_from_dual(f, -lam_dual, at_lo, at_hi, zero_res, sigma)
     delta = _DELTA_REL * solver.rho
     h = np.where(w2 > 0, w2, delta)
     scale = 1.0 + float(np.max(np.abs(y), initial=0.0))
@@ -95,19 +100,10 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
             x = solve_with(np.where(zero_res, np.inf, 0.0))
             if x is None:
                 return None
-        # Active-set corrections: free nodes past a bound join the bound; free
-        # L1 nodes whose residual changed sign have a zero residual at the optimum.
         free = ~(at_lo | at_hi | zero_res)
-        new_lo = free & (x < f.lower - feas_tol)
-        new_hi = free & (x > f.upper + feas_tol)
-        flipped = free & (w1 > 0) & (sigma * (x - y) < -tight) & ~new_lo & ~new_hi
-        if not (new_lo.any() or new_hi.any() or flipped.any()):
+        if not _correct_active_set(solver, x, free, free & (w1 > 0), sigma * (x - y),
+                                   f.lower, f.upper, feas_tol, tight, at_lo, at_hi, zero_res):
             break
-        solver.polish_reason = (f"active set changed: {int(new_lo.sum() + new_hi.sum())} bounds, "
-                                f"{int(flipped.sum())} sign flips")
-        at_lo |= new_lo
-        at_hi |= new_hi
-        zero_res |= flipped
     else:
         return None
     resid = float(np.max(np.abs(proj.residual(x)), initial=0.0))
@@ -123,6 +119,56 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
         lower = solver._dual_value(lam_admm)
     duals = solver._duals_from(x, lam)
     return obj, x, duals, lower
+
+
+def _identify_from_dual(f, s, at_lo, at_hi, zero_res, sigma) -> None:
+    """Refine the active-set guess of the pure-L1 coordinates from a (repaired,
+    near-optimal) dual point ``s = -lam`` by complementary slackness: ``s`` strictly
+    inside ``(-w, w)`` means a zero residual (or, when ``y`` lies outside the bounds, the
+    nearest bound); beyond ``w`` in absolute value means the bound on that side; at
+    ``+-w`` the residual is free with that sign.  Coordinates near a threshold keep
+    the primal guess.  Arrays are updated in place."""
+    l1 = (f.w1 > 0) & (f.w2 == 0)
+    if not l1.any():
+        return
+    w = f.w1
+    margin = _DUAL_MARGIN * w
+    inside = l1 & (np.abs(s) < w - margin)
+    below = l1 & (s < -w - margin)          # pushed down beyond the L1 slope: lower bound
+    above = l1 & (s > w + margin)
+    y_lo = f.y <= f.lower
+    y_hi = f.y >= f.upper
+    new_lo = below | (inside & y_lo)
+    new_hi = above | (inside & y_hi)
+    new_zero = inside & ~y_lo & ~y_hi
+    on_edge = l1 & ~inside & ~below & ~above
+    decided = new_lo | new_hi | new_zero
+    at_lo[decided] = new_lo[decided]
+    at_hi[decided] = new_hi[decided]
+    zero_res[decided] = new_zero[decided]
+    edge = on_edge & ~at_lo & ~at_hi
+    zero_res[edge] = False
+    sigma[edge] = np.sign(s[edge])
+
+
+def _correct_active_set(solver, x, free, signed_rows, signed_res, lower, upper, feas_tol, tight,
+                        at_lo, at_hi, zero) -> bool:
+    """One round of active-set corrections, in place: free coordinates past a bound
+    join it; L1 residuals whose sign flipped (``signed_res < 0`` on ``signed_rows``)
+    are zero at the optimum.  Returns False when nothing changed (the set is final)."""
+    new_lo = free & (x < lower - feas_tol)
+    new_hi = free & (x > upper + feas_tol)
+    flipped = signed_rows & (signed_res < -tight)
+    if flipped.size == new_lo.size:
+        flipped &= ~new_lo & ~new_hi
+    if not (new_lo.any() or new_hi.any() or flipped.any()):
+        return False
+    solver.polish_reason = (f"active set changed: {int(new_lo.sum() + new_hi.sum())} bounds, "
+                            f"{int(flipped.sum())} sign flips")
+    at_lo |= new_lo
+    at_hi |= new_hi
+    zero |= flipped
+    return True
 
 
 def _weighted_affine_projection(proj: AffineProjector, target, weights, fixed):
@@ -302,16 +348,9 @@ def polish_general(solver):
             sigma = np.where(moved, np.sign(r), sigma)
             zero &= ~moved
             continue
-        new_lo = F & (x < lower - feas_tol)
-        new_hi = F & (x > upper + feas_tol)
-        flipped = ~zero & (w1 > 0) & (sigma * r < -tight)
-        if not (new_lo.any() or new_hi.any() or flipped.any()):
+        if not _correct_active_set(solver, x, F, ~zero & (w1 > 0), sigma * r, lower, upper,
+                                   feas_tol, tight, at_lo, at_hi, zero):
             break
-        solver.polish_reason = (f"active set changed: {int(new_lo.sum() + new_hi.sum())} bounds, "
-                                f"{int(flipped.sum())} sign flips")
-        at_lo |= new_lo
-        at_hi |= new_hi
-        zero |= flipped
     else:
         return None
     x = np.clip(x, lower, upper)
