@@ -24,7 +24,7 @@ def test_registered_and_callable_both_ways():
     v1 = p1.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
     p2, x2 = small_tree_problem()
     v2 = cvxdp.solve(p2, solver=cvxdp.ADMM, warm_start=False)
-    assert v1 == pytest.approx(v2, rel=1e-9)
+    assert v1 == pytest.approx(v2, rel=2e-6)      # both certified within eps_rel = 1e-6
     assert p1.status == cp.OPTIMAL and v1 == pytest.approx(p1.value)
 
 

@@ -21,7 +21,7 @@ NAME = "CVXDP_ADMM"
 EXTRA_OPTIONS = {
     "rho": "initial penalty (default: from the loss weights)",
     "alpha": "over-relaxation in (0, 2) (default 1.6)",
-    "adaptive_rho": "residual-balancing rho updates (default True)",
+    "adaptive_rho": "residual-balancing rho updates (default: on, except pure L1 on a tree)",
     "polish": "active-set polish for an exact final solution (default True)",
     "check_every": "iterations between convergence checks (default 10)",
 }
