@@ -27,7 +27,12 @@ from .tree import Forest, TreeLSQ
 __all__ = ["AffineProjector", "ForestProjector", "make_projector"]
 
 # Below this many rows the Gram matrix is factorized densely.
-_DENSE_ROWS = 2500
+_DENSE_ROWS = 1000
+# Eigenvalues of a small Gram matrix below this fraction of the largest are treated
+# as zero (redundant constraint rows).
+_PINV_RTOL = 1e-12
+# Largest n * p for which the dense n x p factor A^T K^+ is stored.
+_DENSE_B_ENTRIES = 4_000_000
 # Regularization of the Gram matrix, relative to its largest diagonal entry.
 _GRAM_REG = 1e-12
 # Iterative-refinement steps and their target (relative residual).
@@ -49,11 +54,16 @@ class AffineProjector:
         diag = K.diagonal()
         scale = float(diag.max()) if diag.size else 1.0
         self._delta = _GRAM_REG * max(scale, 1e-300)
+        self._B = None
         if p <= _DENSE_ROWS:
-            Kd = K.toarray()
-            Kd[np.diag_indices_from(Kd)] += self._delta
-            self._chol = la.cho_factor(Kd, lower=True, check_finite=False)
-            self._solve = lambda r: la.cho_solve(self._chol, r, check_finite=False)
+            # Small Gram matrix: its eigendecomposition gives the pseudo-inverse exactly,
+            # redundant rows included, so a projection is one step (no refinement).
+            evals, V = np.linalg.eigh(K.toarray())
+            keep = evals > _PINV_RTOL * max(float(evals.max(initial=0.0)), 1e-300)
+            Kpinv = (V[:, keep] / evals[keep]) @ V[:, keep].T
+            self._solve = lambda r: Kpinv @ r
+            if p * self.n <= _DENSE_B_ENTRIES:
+                self._B = np.asarray(self.AT @ Kpinv)       # x = v - B (A v - b)
         else:
             lu = spla.splu((K + self._delta * sp.identity(p, format="csc")).tocsc())
             self._solve = lu.solve
@@ -65,6 +75,9 @@ class AffineProjector:
 
     def project(self, v: np.ndarray) -> np.ndarray:
         x = np.array(v, dtype=float, copy=True)
+        if self._B is not None:
+            x -= self._B @ (self.A @ x - self.b)
+            return x
         target = _REFINE_RTOL * (_norm(self.b) + self._scale_A * _norm(x) + 1e-300)
         for _ in range(_REFINE_STEPS):
             r = self.A @ x - self.b
@@ -76,7 +89,10 @@ class AffineProjector:
     def project_nullspace(self, v: np.ndarray) -> np.ndarray:
         """Projection onto ``{x : A x = 0}``."""
         x = np.array(v, dtype=float, copy=True)
-        for _ in range(2):
+        if self._B is not None:
+            x -= self._B @ (self.A @ x)
+            return x
+        for _ in range(1 if self._solve is None else 2):
             x -= self.AT @ self._solve(self.A @ x)
         return x
 
