@@ -97,6 +97,7 @@ class ADMMSettings:
     check_every: int = 10
     polish: bool = True
     polish_gap: float = 1e-2          # try polishing once the gap is below this
+    equality_split: str = "projection"  # or "penalty": A x = b as a residual block (Alg. 1)
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
@@ -116,14 +117,17 @@ class ADMMState:
 _L1_RHO_FACTOR = 0.5
 _L1_FOREST_RHO = 2.0
 
-# Checks are spaced so that check time / step time <= 1 / _CHECK_SHARE * interval.
-_CHECK_SHARE = 4.0
+# Problem size above which checks are spaced out (interval grows like sqrt(n)).
+_CHECK_SPACING_N = 1e5
 
 _MAX_CHECK_INTERVAL = 50
 
 # A last polish after convergence (exact multipliers) is tried when at least this
 # accuracy was asked for; at looser tolerances it rarely succeeds and costs a step's time.
 _FINAL_POLISH_EPS = 1e-6
+
+# Multipliers below this (relative) size are rounding noise in the dual bound.
+_DUAL_ZERO_RTOL = 1e-9
 
 # Checks after a failed polish before trying again even if the gap has not halved.
 _RETRY_CHECKS = 10
@@ -150,7 +154,10 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
     sep = _separable_form(data)
     both_sets = (data.A is not None and data.A.shape[0] > 0
                  and data.chains is not None and bool(data.chains.chains))
-    if sep is not None and not both_sets:
+    if settings.equality_split not in ("projection", "penalty"):
+        raise ValueError(f"equality_split must be 'projection' or 'penalty', got {settings.equality_split!r}")
+    penalty = settings.equality_split == "penalty" and data.A is not None and data.A.shape[0] > 0
+    if sep is not None and not both_sets and not penalty:
         solver: _Base = _SeparableADMM(data, sep, settings)
     else:
         solver = _GeneralADMM(data, settings)
@@ -241,27 +248,17 @@ class _Base:
         checks_since_try = 0
         last_check = None
         next_check = 1
-        interval = s.check_every
-        t_steps = t_checks = 0.0
-        n_steps = n_checks = 0
+        # A check (dual bound, feasible candidates) costs a few steps; on large problems
+        # they are spaced out, deterministically, so that runs are reproducible.
+        interval = min(max(s.check_every, int(math.ceil(
+            s.check_every * math.sqrt(self.n / _CHECK_SPACING_N)))), _MAX_CHECK_INTERVAL)
         for it in range(1, s.max_iters + 1):
-            ts = time.perf_counter()
             self.step()
             if self.adaptive and it % s.adaptive_rho_interval == 0:
                 self.adapt_rho(self.residuals())
-            t_steps += time.perf_counter() - ts
-            n_steps += 1
             if it < next_check and it < s.max_iters:
                 continue
-            tc = time.perf_counter()
             chk = self.check()
-            t_checks += time.perf_counter() - tc
-            n_checks += 1
-            # Checks (dual bound, feasible candidates) cost several steps on large
-            # problems: space them so that they take at most ~1/4 of the time.
-            ratio = (t_checks / n_checks) / max(t_steps / n_steps, 1e-12)
-            interval = min(max(s.check_every, int(math.ceil(_CHECK_SHARE * ratio))),
-                           2 * interval, _MAX_CHECK_INTERVAL)
             next_check = it + interval
             elapsed = time.perf_counter() - t0
             lower = max(lower, chk["lower"])
@@ -300,7 +297,7 @@ class _Base:
             if gap <= s.eps_rel and best is not None:
                 status = R.OPTIMAL
                 break
-            if chk.get("residuals_converged") and best is None and chk["x_candidate_ok"]:
+            if chk.get("residuals_converged") and chk["x_candidate_ok"]:
                 status = R.OPTIMAL
                 break
             if chk.get("infeasible"):
@@ -616,21 +613,34 @@ class _GeneralADMM(_Base):
 
     name = "general"
 
-    def __init__(self, data: ConsistencyData, settings: ADMMSettings) -> None:
+    def __init__(self, data: ConsistencyData, settings: ADMMSettings) -> None:  # noqa: C901
         super().__init__(data, settings)
         self.n = n = data.n
-        self.M = data.M.tocsr()
-        self.MT = self.M.T.tocsr()
-        self.m = self.M.shape[0]
-        self.loss = SeparableLoss(np.zeros(self.m), data.w1, data.w2,
-                                  np.full(self.m, -np.inf), np.full(self.m, np.inf))
+        has_eq = data.A is not None and data.A.shape[0] > 0
+        self.penalty = has_eq and settings.equality_split == "penalty"
+        M, y = data.M.tocsr(), data.y
+        w1, w2 = data.w1, data.w2
+        lo_r, hi_r = np.full(M.shape[0], -np.inf), np.full(M.shape[0], np.inf)
+        self.m_loss = M.shape[0]
+        if self.penalty:
+            # Lee et al. Algorithm 1: A x - b is one more residual, held at zero by its
+            # prox (the indicator of {0}); the x-update then solves with M^T M + A^T A + k I.
+            p = data.A.shape[0]
+            M = sp.vstack([M, data.A]).tocsr()
+            y = np.concatenate([y, data.b])
+            w1, w2 = np.r_[w1, np.zeros(p)], np.r_[w2, np.zeros(p)]
+            lo_r, hi_r = np.r_[lo_r, np.zeros(p)], np.r_[hi_r, np.zeros(p)]
+        self.M, self.MT, self.y_ext = M, M.T.tocsr(), y
+        self.m = M.shape[0]
+        self.loss = SeparableLoss(np.zeros(self.m), w1, w2, lo_r, hi_r)
+        self._free_rows = np.isinf(lo_r) & (w2 == 0)      # their dual must lie in [-w1, w1]
         self.blocks: list[tuple[str, Callable]] = []
         self.box = SeparableLoss(np.zeros(n), np.zeros(n), np.zeros(n), data.lower, data.upper)
         self.proj = None
         self.chains = data.chains if data.chains is not None and data.chains.chains else None
         if self.box.has_bounds:
             self.blocks.append(("bounds", self.box.clip))
-        if data.A is not None and data.A.shape[0] > 0:
+        if has_eq and not self.penalty:
             self.proj = make_projector(data.A, data.b, data.forest_hint)
             if not self.proj.feasible:
                 self.infeasible_setup = True
@@ -642,6 +652,7 @@ class _GeneralADMM(_Base):
         k = len(self.blocks)
         self._factor(k)
         self.rho = settings.rho or _initial_rho(data.w1, data.w2)
+        self.name = "general/penalty" if self.penalty else "general"
 
     def _factor(self, k: int) -> None:
         """Cache a factorization of ``G = M^T M + k I`` (never dense for large n)."""
@@ -677,9 +688,9 @@ class _GeneralADMM(_Base):
             x = np.zeros(n) if x0 is None else np.asarray(x0, float).copy()
             if x0 is None:
                 # least squares start: (M^T M + k I) x = M^T y
-                x = self._solveG(self.MT @ self.data.y)
+                x = self._solveG(self.MT @ self.y_ext)
             self.x = x
-            self.r = self.M @ x - self.data.y
+            self.r = self.M @ x - self.y_ext
             self.mu = np.zeros(m)
             self.xs = [fn(x) for _, fn in self.blocks]
             self.us = [np.zeros(n) for _ in self.blocks]
@@ -688,7 +699,7 @@ class _GeneralADMM(_Base):
 
     def step(self) -> None:
         a = self.s.alpha
-        y = self.data.y
+        y = self.y_ext
         rhs = self.MT @ (y + self.r - self.mu)
         for xj, uj in zip(self.xs, self.us):
             rhs += xj - uj
@@ -711,7 +722,7 @@ class _GeneralADMM(_Base):
         return self.x
 
     def _residuals(self):
-        mx = self.M @ self.x - self.data.y
+        mx = self.M @ self.x - self.y_ext
         rp = _norm(mx - self.r) ** 2
         for xj in self.xs:
             rp += _norm(self.x - xj) ** 2
@@ -741,6 +752,8 @@ class _GeneralADMM(_Base):
         v = self.box.bound_violation(x)
         if self.proj is not None:
             v = max(v, float(np.max(np.abs(self.proj.residual(x)), initial=0.0)))
+        elif self.penalty:
+            v = max(v, float(np.max(np.abs(self.data.A @ x - self.data.b), initial=0.0)))
         if self.chains is not None:
             v = max(v, self.chains.violation(x))
         return v
@@ -750,7 +763,8 @@ class _GeneralADMM(_Base):
         ``M^T mu' + sum_j lam_j = 0`` enforced by the bounds block (or the single block)."""
         d = self.data
         mu = self.rho * self.mu
-        mu = np.where(d.w2 > 0, mu, np.clip(mu, -d.w1, d.w1))
+        w1 = self.loss.w1
+        mu = np.where(self._free_rows, np.clip(mu, -w1, w1), mu)
         lams = [self.rho * u for u in self.us]
         names = [nm for nm, _ in self.blocks]
         # move each non-absorbing multiplier into its conjugate's domain
@@ -763,10 +777,13 @@ class _GeneralADMM(_Base):
         if absorb is None:
             return -math.inf
         lams[absorb] = -(self.MT @ mu) - sum(l for j, l in enumerate(lams) if j != absorb)
-        total = -self.loss.conjugate_sum(mu) - _dot(mu, d.y)
+        total = -self.loss.conjugate_sum(mu) - _dot(mu, self.y_ext)
         for j, nm in enumerate(names):
             lam = lams[j]
             if nm == "bounds":
+                # multipliers at rounding level on an unbounded side count as zero
+                tiny = _DUAL_ZERO_RTOL * max(1.0, float(np.max(np.abs(lam), initial=0.0)))
+                lam = np.where(np.abs(lam) <= tiny, 0.0, lam)
                 with np.errstate(invalid="ignore"):
                     sup = np.where(lam > 0, lam * d.upper, np.where(lam < 0, lam * d.lower, 0.0))
                 if not np.all(np.isfinite(sup)):
@@ -812,6 +829,8 @@ class _GeneralADMM(_Base):
     def duals(self, x: np.ndarray) -> dict:
         out = {}
         names = [nm for nm, _ in self.blocks]
+        if self.penalty:
+            out["eq"] = self.rho * self.mu[self.m_loss:]
         for (nm, _), u in zip(self.blocks, self.us):
             lam = self.rho * u
             if nm == "eq":
@@ -834,7 +853,7 @@ class _GeneralADMM(_Base):
             return None
         xb = self.xs[[nm for nm, _ in self.blocks].index("bounds")]
         d = self.data
-        return np.r_[((d.w1 > 0) & (self.r == 0)).astype(np.int8),
+        return np.r_[((d.w1 > 0) & (self.r[:self.m_loss] == 0)).astype(np.int8),
                      (xb <= d.lower).astype(np.int8) + 2 * (xb >= d.upper).astype(np.int8)]
 
     def polish(self):

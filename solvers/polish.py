@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from .affine import AffineProjector, ForestProjector
+from .losses import SeparableLoss
 from .tree import TreeLSQ
 
 # Curvature added on pure-L1 free coordinates, relative to rho.
@@ -295,11 +296,11 @@ def polish_general(solver):
     d = solver.data
     if solver.chains is not None:
         return None
-    Mx = solver.M
+    Mx = d.M.tocsr()               # the loss rows only (the penalty split appends A)
     w1, w2, yobs = d.w1, d.w2, d.y
     lower, upper = d.lower, d.upper
-    n, m = solver.n, solver.m
-    r_admm = solver.r
+    n, m = solver.n, Mx.shape[0]
+    r_admm = solver.r[:m]
     xb = solver.xs[[nm for nm, _ in solver.blocks].index("bounds")] if "bounds" in [nm for nm, _ in solver.blocks] else solver.x
     at_lo = xb <= lower
     at_hi = xb >= upper
@@ -388,7 +389,8 @@ def polish_general(solver):
 def _general_dual_value(solver, u, yA, g) -> float:
     """``-sum phi*(u) - u^T y - yA^T b + min_{l <= x <= u} g^T x`` with ``g = M^T u + A^T yA``."""
     d = solver.data
-    conj = solver.loss.conjugate_sum(u)
+    m = u.size
+    conj = SeparableLoss(np.zeros(m), d.w1, d.w2, np.full(m, -np.inf), np.full(m, np.inf)).conjugate_sum(u)
     if not math.isfinite(conj):
         return -math.inf
     with np.errstate(invalid="ignore"):

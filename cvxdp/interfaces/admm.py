@@ -24,6 +24,8 @@ EXTRA_OPTIONS = {
     "adaptive_rho": "residual-balancing rho updates (default: on, except pure L1 on a tree)",
     "polish": "active-set polish for an exact final solution (default True)",
     "check_every": "iterations between convergence checks (default 10)",
+    "equality_split": "'projection' (default: project onto A x = b) or 'penalty' (Lee et al. "
+                      "Algorithm 1: A x - b as a residual block, x-update with A^T A + 2 I)",
 }
 
 # Warm-start cache: the last ADMM state of each problem object.
@@ -47,7 +49,7 @@ class ADMMMethod:
             callback=opts.get("callback"),
         )
         for key, cast in (("rho", float), ("alpha", float), ("adaptive_rho", bool),
-                          ("polish", bool), ("check_every", int)):
+                          ("polish", bool), ("check_every", int), ("equality_split", str)):
             if opts.get(key) is not None:
                 setattr(settings, key, cast(opts[key]))
         if ext.trivially_infeasible:
