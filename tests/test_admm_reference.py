@@ -273,3 +273,15 @@ def test_matrix_mechanism_random_ranges_with_known_total(seed):
     prob = cp.Problem(cp.Minimize(cvxdp.nll(meas, x)), [x >= 0, cp.sum(x) == data.sum()])
     check_against(prob, rel_obj=1e-7)
     assert prob.solver_stats.extra_stats["splitting"] == "general"
+
+
+@pytest.mark.parametrize("loss", ["l1", "en"])
+def test_penalty_split_algorithm_1(loss):
+    """equality_split='penalty': A x - b as a residual block, x-update with A^T A + 2 I."""
+    prob, _ = table_problem(loss, seed=3, marg=((0, 1),))
+    ref_val, _, _ = reference(prob)
+    val, _, _ = solve_admm(prob, equality_split="penalty", eps_rel=1e-7)
+    assert prob.status == cp.OPTIMAL
+    assert prob.solver_stats.extra_stats["splitting"] == "general/penalty"
+    assert abs(val - ref_val) <= 1e-6 * abs(ref_val)
+    assert max_violation(prob) <= 1e-6
