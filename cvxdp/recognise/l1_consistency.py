@@ -27,9 +27,14 @@ from cvxpy.atoms.affine.binary_operators import DivExpression, MulExpression, mu
 from cvxpy.atoms.affine.sum import Sum
 from cvxpy.atoms.affine.unary_operators import NegExpression
 from cvxpy.atoms.elementwise.abs import abs as cp_abs
-from cvxpy.atoms.elementwise.power import Power
 from cvxpy.atoms.norm1 import norm1
-from cvxpy.atoms.pnorm import Pnorm
+
+try:                                     # cvxpy >= 1.8 names the classes Power / Pnorm
+    from cvxpy.atoms.elementwise.power import Power
+    from cvxpy.atoms.pnorm import Pnorm
+except ImportError:                      # cvxpy 1.7
+    from cvxpy.atoms.elementwise.power import power as Power
+    from cvxpy.atoms.pnorm import pnorm as Pnorm
 from cvxpy.atoms.quad_over_lin import quad_over_lin
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
@@ -279,20 +284,20 @@ def _collect(expr, coef: float, terms: list[_Term], constant: list[float]) -> No
             return
         _collect(inner, coef * c, terms, constant)
         return
-    if isinstance(expr, norm1) and expr.axis is None:
+    if isinstance(expr, norm1) and getattr(expr, "axis", None) is None:
         terms.append(_Term(expr.args[0], "l1", np.asarray(coef)))
         return
     if isinstance(expr, cp_abs) and expr.size == 1:
         terms.append(_Term(expr.args[0], "l1", np.asarray(coef)))
         return
-    if isinstance(expr, quad_over_lin) and expr.axis is None:
+    if isinstance(expr, quad_over_lin) and getattr(expr, "axis", None) is None:
         den = constant_value(expr.args[1]) if expr.args[1].is_constant() else None
         if den is not None and float(np.asarray(den).ravel()[0]) > 0:
             terms.append(_Term(expr.args[0], "l2", np.asarray(2.0 * coef / float(np.asarray(den).ravel()[0]))))
             return
     if isinstance(expr, Power) and float(expr.p.value if hasattr(expr.p, "value") else expr.p) == 2:
         base = expr.args[0]
-        if isinstance(base, Pnorm) and float(base.p) == 2 and base.axis is None:
+        if isinstance(base, Pnorm) and float(base.p) == 2 and getattr(base, "axis", None) is None:
             terms.append(_Term(base.args[0], "l2", np.asarray(2.0 * coef)))
             return
         if base.is_affine() and base.size == 1:
