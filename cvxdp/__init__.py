@@ -10,7 +10,7 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import mechanisms, workloads
+from . import analysis, mechanisms, workloads
 from .constraints import TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, solve
 from .errors import NotRecognised
@@ -19,7 +19,7 @@ from .measurement import Measurement
 
 __version__ = "0.1.0"
 
-__all__ = ["ADMM", "METHODS", "Measurement", "NotRecognised", "TreeConsistent", "consistent",
+__all__ = ["ADMM", "METHODS", "Measurement", "analysis", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "solve", "workloads"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
