@@ -195,6 +195,12 @@ def _separable_form(data: ConsistencyData) -> SeparableLoss | None:
     return SeparableLoss(y, w1, w2, data.lower, data.upper)
 
 
+def _weight_scale(w1: np.ndarray, w2: np.ndarray) -> float:
+    """Typical size of the loss weights (the dual variables scale with it)."""
+    vals = np.r_[w1[w1 > 0], np.sqrt(w2[w2 > 0])]
+    return float(np.median(vals)) if vals.size else 1.0
+
+
 def _initial_rho(w1: np.ndarray, w2: np.ndarray) -> float:
     """rho has the units of a curvature; for |r|/b the natural one is 1/b^2, and half
     of it did best on hierarchies of 2^12 - 2^20 leaves (benchmarks/consistency.py)."""
@@ -401,12 +407,12 @@ class _SeparableADMM(_Base):
     def init_iterates(self, x0, state) -> None:
         f = self.f
         if state is not None and state.shape == self.name and state.z.size == self.n:
-            z = state.z.copy()
-            u = state.u * (state.rho / self.rho) if self.s.rho else state.u.copy()
-            if not self.s.rho:
-                self.rho = state.rho
-            if x0 is not None:
-                z = self.P(np.asarray(x0, float))
+            # Keep this problem's rho (the data, e.g. a noise-scale Parameter, may have
+            # changed); carry the multipliers lam = rho u over, rescaled by how much the
+            # loss weights changed, since the dual scales with them.
+            z = state.z.copy() if x0 is None else self.P(np.asarray(x0, float))
+            weight_ratio = _weight_scale(f.w1, f.w2) / state.extra.get("weight_scale", _weight_scale(f.w1, f.w2))
+            u = state.u * (state.rho * weight_ratio / self.rho)
         else:
             start = f.clip(np.where(f.w1 + f.w2 > 0, f.y, 0.0)) if x0 is None else np.asarray(x0, float)
             z = self.P(start)
@@ -584,7 +590,8 @@ class _SeparableADMM(_Base):
         return out
 
     def export_state(self) -> ADMMState:
-        return ADMMState(self.name, self.rho, self.z.copy(), self.u.copy())
+        return ADMMState(self.name, self.rho, self.z.copy(), self.u.copy(),
+                         extra={"weight_scale": _weight_scale(self.f.w1, self.f.w2)})
 
     # polish ---------------------------------------------------------------
     def active_signature(self):

@@ -152,3 +152,20 @@ def test_constraint_duals_have_cvxpy_shapes():
     assert p.constraints[0].dual_value.shape == (p.constraints[0].size,)
     assert p.constraints[1].dual_value.shape == x.shape
     assert np.all(p.constraints[1].dual_value >= 0)
+
+
+def test_warm_start_survives_a_change_of_noise_scale():
+    """The cached ADMM state must not carry the old rho / multiplier scale into a solve
+    whose loss weights changed (a Parameter noise scale)."""
+    tree = cvxdp.workloads.hierarchy(n_leaves=256, branching=2)
+    counts = np.random.default_rng(0).poisson(5, 256).astype(float)
+    x = cp.Variable(tree.n_nodes)
+    y = cp.Parameter(tree.n_nodes)
+    b = cp.Parameter(pos=True)
+    prob = cp.Problem(cp.Minimize(cp.norm1(x - y) / b), [cvxdp.consistent(tree, x)])
+    for eps, seed in ((1.0, 100), (10.0, 0), (0.1, 3)):
+        b.value = tree.sensitivity / eps
+        y.value = tree.queries @ counts + np.random.default_rng(seed).laplace(0, b.value, tree.n_nodes)
+        prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=True)
+        assert prob.status == cp.OPTIMAL
+        assert prob.solver_stats.num_iters < 2000
