@@ -45,7 +45,7 @@ import scipy.sparse.linalg as spla
 from . import result as R
 from ._table import IterationTable
 from .affine import AffineProjector, ForestProjector, make_projector
-from .isotonic import Chains
+from .isotonic import Chains, chain_dual
 from .losses import SeparableLoss
 from .polish import forest_dual
 from ._linalg import dot as _dot, norm as _norm
@@ -493,6 +493,14 @@ class _SeparableADMM(_Base):
             lam = np.zeros_like(lam)
             support = 0.0
         theta = self.f.max_dual_scale(-lam)
+        if theta < _REPAIR_BELOW and self.chains is not None and self.proj is None:
+            lo, hi = self.f.dual_domain()
+            lam_c = chain_dual(self.chains, lo, hi, lam)
+            if lam_c is not None:
+                val = self.f.conjugate_sum(-lam_c)
+                if math.isfinite(val):
+                    self.last_dual_point = lam_c
+                    return -val + self.data.constant
         if theta < _REPAIR_BELOW and isinstance(self.proj, ForestProjector):
             # Scaling the whole vector would lose too much: repair lam into the domain
             # of f* node by node instead (interval propagation on the forest).

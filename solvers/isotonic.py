@@ -85,3 +85,44 @@ class Chains:
         ``x[c_j] - x[c_{j+1}] <= 0``: ``(D^T o)_{c_j} = o_j - o_{j-1}`` gives the
         running sums ``o_j = sum_{i <= j} g[c_i]``."""
         return [np.cumsum(g[c])[:-1] for c in self.chains]
+
+
+def chain_dual(chains: Chains, L: np.ndarray, U: np.ndarray, lam_ref: np.ndarray) -> np.ndarray | None:
+    """A multiplier ``lam`` in the polar cone of the chains' order cone with
+    ``L <= lam <= U``, close to ``lam_ref`` (used to certify duality gaps).
+
+    On a chain ``c``, ``lam = D^T o`` with ``o >= 0``: ``lam[c_1] = o_1``,
+    ``lam[c_j] = o_j - o_{j-1}``, ``lam[c_n] = -o_{n-1}`` (``o_0 = o_n = 0``).  Backwards,
+    each ``o_j`` gets the interval that the rest of the chain allows; forwards, each
+    is set to the value in its interval closest to the prefix sum of ``lam_ref``.
+    Coordinates outside every chain get 0.  Returns None if no such ``lam`` exists.
+    """
+    lam = np.zeros(chains.n)
+    span = float(np.max(np.abs(np.r_[L[np.isfinite(L)], U[np.isfinite(U)]]), initial=1.0))
+    slack = 1e-9 * span
+    for c in chains.chains:
+        k = c.size
+        Lc, Uc = L[c], U[c]
+        oref = np.cumsum(lam_ref[c])
+        lo = np.empty(k + 1)
+        hi = np.empty(k + 1)
+        lo[k], hi[k] = 0.0, 0.0                       # o_n = 0
+        for j in range(k, 0, -1):                     # o_{j-1} = o_j - lam[c_j]
+            lo[j - 1] = max(lo[j] - Uc[j - 1], 0.0)
+            hi[j - 1] = hi[j] - Lc[j - 1]
+            if lo[j - 1] > hi[j - 1] + slack:
+                return None
+        if lo[0] > slack:                             # o_0 = 0 must be allowed
+            return None
+        o_prev = 0.0
+        out = np.empty(k)
+        for j in range(1, k + 1):
+            a = max(lo[j], o_prev + Lc[j - 1])
+            b = min(hi[j], o_prev + Uc[j - 1])
+            if b < a:
+                b = a                                 # within slack
+            o_j = 0.0 if j == k else min(max(oref[j - 1], a), b)
+            out[j - 1] = o_j - o_prev
+            o_prev = o_j
+        lam[c] = out
+    return lam
