@@ -615,6 +615,7 @@ class _SeparableADMM(_Base):
 
     def polish(self):
         if self.proj is None:
+            self.polish_reason = "not available without equality constraints (order chains)"
             return None
         from .polish import polish_separable
 
