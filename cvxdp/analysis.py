@@ -20,6 +20,7 @@ form by Monte Carlo.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -30,7 +31,8 @@ import scipy.sparse as sp
 from . import mechanisms, privacy
 
 __all__ = ["Implicit", "all_ranges_gram", "prefix_gram", "implicit_all_ranges", "implicit_prefix",
-           "noise_variance", "sensitivity", "expected_error", "query_errors", "simulate_error"]
+           "noise_variance", "sensitivity", "expected_error", "direct_error", "query_errors",
+           "simulate_error"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class Implicit:
     name: str
     n: int
     m: int
-    gram: Callable[[], np.ndarray]
+    gram: Callable[[], np.ndarray]      # cached by the factories: build once, reuse
     l1_sensitivity: float
     l2_sensitivity: float
 
@@ -72,14 +74,14 @@ def implicit_all_ranges(n: int) -> Implicit:
     """All ``n(n+1)/2`` range queries, implicitly.  A cell ``a`` lies in ``(a+1)(n-a)`` ranges."""
     _check_n(n)
     cover = (np.arange(n) + 1) * (n - np.arange(n))
-    return Implicit("all ranges", n, n * (n + 1) // 2, lambda: all_ranges_gram(n),
+    return Implicit("all ranges", n, n * (n + 1) // 2, functools.cache(lambda: all_ranges_gram(n)),
                     float(cover.max()), float(np.sqrt(cover.max())))
 
 
 def implicit_prefix(n: int) -> Implicit:
     """The ``n`` prefix queries, implicitly (cell 0 lies in all of them)."""
     _check_n(n)
-    return Implicit("prefix", n, n, lambda: prefix_gram(n), float(n), float(np.sqrt(n)))
+    return Implicit("prefix", n, n, functools.cache(lambda: prefix_gram(n)), float(n), float(np.sqrt(n)))
 
 
 def _check_n(n: int) -> None:
@@ -153,6 +155,16 @@ class _GramInverse:
             keep = evals > 1e-10 * max(float(evals.max()), 1e-300)
             self.pinv = (V[:, keep] / evals[keep]) @ V[:, keep].T
 
+    def inverse(self) -> np.ndarray:
+        """The (pseudo-)inverse itself; from the Cholesky factor by LAPACK's potri."""
+        if self.chol is None:
+            return self.pinv
+        c, lower = self.chol
+        inv, info = la.lapack.dpotri(c, lower=lower)
+        if info != 0:
+            return la.cho_solve(self.chol, np.eye(self.n), check_finite=False)
+        return np.tril(inv) + np.tril(inv, -1).T if lower else np.triu(inv) + np.triu(inv, 1).T
+
     def solve(self, B: np.ndarray) -> np.ndarray:
         if self.chol is not None:
             return la.cho_solve(self.chol, B, check_finite=False)
@@ -174,16 +186,23 @@ def expected_error(W: Matrix, A: Matrix, *, noise: str = "laplace", epsilon: flo
     v = noise_variance(A, noise=noise, epsilon=epsilon, delta=delta, sigma=sigma)
     GA, GW = _gram(A), _gram(W)
     inv = _GramInverse(GA)
-    X = inv.solve(GW)                     # (A^T A)^+ W^T W
     if inv.pinv is not None and not _in_row_space(GA, GW, inv):
         return float("inf")
-    return float(v * np.trace(X))
+    # trace((A^T A)^+ W^T W) = <(A^T A)^+, W^T W>: one inverse, then an elementwise sum
+    return float(v * np.sum(inv.inverse() * GW))
 
 
 def _in_row_space(GA, GW, inv) -> bool:
     """``W`` is answerable iff ``W^T W`` lives in range(A^T A): P GW = GW for the projector P."""
     P = inv.pinv @ GA
     return bool(np.allclose(P @ GW, GW, atol=1e-8 * max(1.0, np.abs(GW).max())))
+
+
+def direct_error(W: Matrix, *, noise: str = "laplace", epsilon: float | None = 1.0,
+                 delta: float | None = None, sigma: float | None = None) -> float:
+    """Total expected squared error of answering the workload as it is (strategy = W, no
+    reconstruction): the noise variance at W's own sensitivity times the number of queries."""
+    return noise_variance(W, noise=noise, epsilon=epsilon, delta=delta, sigma=sigma) * W.shape[0]
 
 
 def query_errors(W: np.ndarray | sp.spmatrix, A: Matrix, *, noise: str = "laplace",
@@ -204,10 +223,11 @@ def query_errors(W: np.ndarray | sp.spmatrix, A: Matrix, *, noise: str = "laplac
 
 def simulate_error(W: Matrix, A: np.ndarray | sp.spmatrix, x: np.ndarray, *, trials: int = 1000,
                    noise: str = "laplace", epsilon: float | None = 1.0, delta: float | None = None,
-                   sigma: float | None = None, rng=None) -> float:
+                   sigma: float | None = None, rng=None, per_query: bool = False):
     """Monte-Carlo estimate of the total squared error: release ``A x + noise``,
     reconstruct ``x_hat`` by least squares and average ``|W (x_hat - x)|^2 =
-    (x_hat - x)^T W^T W (x_hat - x)`` over ``trials`` releases."""
+    (x_hat - x)^T W^T W (x_hat - x)`` over ``trials`` releases.  With
+    ``per_query=True`` (explicit ``W``), the mean squared error of each query instead."""
     if isinstance(A, Implicit):
         raise TypeError("simulate_error needs an explicit strategy matrix")
     rng = np.random.default_rng(rng)
@@ -225,4 +245,9 @@ def simulate_error(W: Matrix, A: np.ndarray | sp.spmatrix, x: np.ndarray, *, tri
         E = rng.normal(scale=np.sqrt(v), size=(trials, m))
     # x_hat - x = (A^T A)^+ A^T e for each noise draw e (rows of E)
     D = inv.solve(Ad.T @ E.T)            # n x trials
+    if per_query:
+        if isinstance(W, Implicit):
+            raise TypeError("per_query=True needs an explicit workload matrix")
+        Wd = W.toarray() if sp.issparse(W) else np.atleast_2d(np.asarray(W, dtype=float))
+        return np.mean((Wd @ D) ** 2, axis=1)
     return float(np.mean(np.einsum("it,ij,jt->t", D, GW, D)))

@@ -110,3 +110,17 @@ def test_bad_input_is_named():
         an.noise_variance(np.eye(2), noise="cauchy", epsilon=1)
     with pytest.raises(ValueError, match="n must be"):
         an.implicit_all_ranges(0)
+
+
+def test_direct_error_and_per_query_monte_carlo():
+    eps = 1.0
+    assert an.direct_error(W_LECTURE, epsilon=eps) == pytest.approx(3 * 8 / eps ** 2)
+    per = an.simulate_error(W_LECTURE, np.eye(2), np.zeros(2), trials=40000, rng=5, per_query=True)
+    np.testing.assert_allclose(per, [2.0, 2.0, 4.0], rtol=0.05)
+    with pytest.raises(TypeError, match="explicit"):
+        an.simulate_error(an.implicit_all_ranges(4), np.eye(4), np.zeros(4), per_query=True)
+
+
+def test_implicit_gram_is_built_once():
+    imp = an.implicit_all_ranges(64)
+    assert imp.gram() is imp.gram()
