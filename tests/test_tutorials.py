@@ -13,8 +13,17 @@ pytest.importorskip("matplotlib")
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 
 CASES = {
+    "00_workload_strategies.py": ["strategies_error_vs_n.png", "strategies_branching_factor.png"],
     "01_hierarchical_histogram.py": ["hierarchical_mse_by_range.png"],
     "02_contingency_table.py": ["contingency_mse_vs_epsilon.png", "contingency_zero_vs_nonzero.png"],
+    "05_constrained_inference.py": ["constrained_tree_consistency.png",
+                                    "constrained_sorted_histogram.png",
+                                    "constrained_kgram_estimators.png"],
+}
+# what each tutorial must print besides the ADMM-vs-reference gap
+EXPECTED_OUTPUT = {
+    "00_workload_strategies.py": ["5.333"],             # 16/3 per query, the 3-query example
+    "05_constrained_inference.py": ["extra_stats['splitting'] = 'separable/tree'"],  # k-gram forest
 }
 
 
@@ -34,6 +43,8 @@ def test_tutorial_runs_and_writes_figures(script, tmp_path):
         assert png.is_file(), f"{script} did not write {name}; wrote {sorted(os.listdir(tmp_path))}"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "relative objective gap" in proc.stdout
+    for text in EXPECTED_OUTPUT.get(script, []):
+        assert text in proc.stdout, f"{script} did not print {text!r}"
 
 
 def test_contingency_tutorial_falls_back_to_synthetic_data(tmp_path):
