@@ -10,16 +10,19 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import analysis, mechanisms, workloads
+from . import analysis, fitness, mechanisms, workloads
+from .atoms import privacy_cost, query_variance
 from .constraints import TreeConsistent, consistent, ordered
-from .dispatch import ADMM, METHODS, solve
+from .dispatch import ADMM, METHODS, NEWTON_CG, solve
+from .fitness import fitness_problem
 from .errors import NotRecognised
 from .losses import elastic_net, nll
 from .measurement import Measurement
 
 __version__ = "0.1.0"
 
-__all__ = ["ADMM", "METHODS", "Measurement", "analysis", "NotRecognised", "TreeConsistent", "consistent",
+__all__ = ["ADMM", "METHODS", "NEWTON_CG", "Measurement", "analysis", "fitness", "fitness_problem",
+           "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "solve", "workloads"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())

@@ -20,16 +20,18 @@ from ._cvxpy_compat import write_solution
 from .errors import NotRecognised
 from .interfaces.admm import ADMMMethod
 from .interfaces.base import Method
+from .interfaces.newton_cg import NewtonCGMethod
 
-__all__ = ["solve", "ADMM", "METHODS"]
+__all__ = ["solve", "ADMM", "NEWTON_CG", "METHODS"]
 
 LOGGER = logging.getLogger("cvxdp")
 
 ADMM = ADMMMethod.name
+NEWTON_CG = NewtonCGMethod.name
 
 #: cvxdp methods in the order ``solver=None`` tries them
-METHODS: dict[str, Method] = {ADMM: ADMMMethod()}
-_ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM}
+METHODS: dict[str, Method] = {ADMM: ADMMMethod(), NEWTON_CG: NewtonCGMethod()}
+_ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM, "NEWTON_CG": NEWTON_CG, "CVXDP_NEWTON_CG": NEWTON_CG}
 
 #: options every cvxdp method understands
 SHARED_OPTIONS = ("max_iters", "eps_abs", "eps_rel", "time_limit", "warm_start", "verbose",

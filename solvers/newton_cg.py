@@ -278,6 +278,8 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
     status = None
     cg_total = 0
     gaps: list[float] = []
+    multipliers = np.zeros(d.L.shape[0])
+    mu = np.full(d.B.shape[1], 1.0 / d.B.shape[1])
     while status is None:
         stage += 1
         # Newton iterations on the smoothed problem at (beta, gamma)
@@ -323,7 +325,14 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
         Xs, cost = _scale_feasible(d, X)
         if cost < best_cost:
             best_X, best_cost = Xs, cost
-        lower = max(lower, dual_bound(d, F.w, F.u / d.c))
+        bound = dual_bound(d, F.w, F.u / d.c)
+        if bound >= lower:
+            # Multipliers of l_i^T X^{-1} l_i <= c_i for the objective max_j b_j^T X b_j: the
+            # dual's best scale of lam = u / c is bound / (lam . c) (module docstring).
+            lam_hat = F.u / d.c
+            multipliers = (bound / float(lam_hat @ d.c)) * lam_hat
+            mu = F.w
+            lower = bound
         gap = (best_cost - lower) / best_cost
         row = {"stage": stage, "newton": newton, "beta": beta, "sq. cost": best_cost,
                "lower bnd": lower, "rel gap": gap, "cg": cg_total,
@@ -346,6 +355,7 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
     res = SolverResult(x=best_X, status=status, objective=best_cost, lower_bound=lower,
                        gap=(best_cost - lower) / best_cost, iterations=newton,
                        history=history, solve_time=time.perf_counter() - t0,
+                       duals={"variance": multipliers, "cost_weights": mu},
                        info={"stages": stage, "cg_iterations": cg_total, "beta": beta,
                              "variance_ratio": q, "privacy_terms": p})
     table.footer(f"status: {status}, squared privacy cost {best_cost:.10g}, certified gap "
@@ -364,4 +374,6 @@ def choose_basis(W: np.ndarray, tol: float = 1e-10) -> tuple[np.ndarray, np.ndar
     rows = np.sort(piv[:rank])
     B = W[rows]
     L = la.lstsq(B.T, W.T)[0].T
+    L[np.abs(L) < 1e-12 * max(1.0, float(np.abs(L).max(initial=0.0)))] = 0.0
+    L[rows] = np.eye(rank)                  # the basis rows reproduce themselves exactly
     return L, B
