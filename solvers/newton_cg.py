@@ -280,16 +280,29 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
     gaps: list[float] = []
     multipliers = np.zeros(d.L.shape[0])
     mu = np.full(d.B.shape[1], 1.0 / d.B.shape[1])
+    X_prev_stage = X_end_previous = None
     while status is None:
         stage += 1
         # Newton iterations on the smoothed problem at (beta, gamma)
         F = _Smoothed(d, X, beta, gamma)
+        if X_prev_stage is not None:
+            # Predictor: along the smoothing path X(beta) ~ X* + C / beta, so the next
+            # stage's optimum is near X + (X - X_previous) / growth.
+            Xp = X + (X - X_prev_stage) / s.growth
+            try:
+                Fp = _Smoothed(d, Xp, beta, gamma)
+                if Fp.value < F.value:
+                    X, F = Xp, Fp
+            except la.LinAlgError:
+                pass
         smoothing_error = math.log(d.B.shape[1]) / beta + math.log(max(d.L.shape[0], 2)) / gamma
         for _ in range(100):
             g = F.grad
             gn = float(np.sqrt(np.sum(g * g)))
-            # loose CG early on (inexact Newton); tighter once the smoothing error is small
-            rtol = min(_CG_RTOL, max(1e-3, 1e4 * smoothing_error / max(abs(F.value), 1e-300)))
+            # loose CG (inexact Newton) until the gap nears the target; then tighter, since
+            # the last digits need accurate Newton steps at the sharpest smoothing levels
+            rtol = _CG_RTOL if not gaps or gaps[-1] > 100 * s.eps_rel else \
+                min(_CG_RTOL, max(1e-3, 1e4 * smoothing_error / max(abs(F.value), 1e-300)))
             direction, cg_it = _cg(F, g, s.cg_max, rtol)
             cg_total += cg_it
             slope = float(np.sum(g * direction))
@@ -351,6 +364,8 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
         else:
             beta *= s.growth
             gamma *= s.growth
+            X_prev_stage = X_end_previous
+            X_end_previous = X
     p, q, _, _ = objective_parts(d, best_X)
     res = SolverResult(x=best_X, status=status, objective=best_cost, lower_bound=lower,
                        gap=(best_cost - lower) / best_cost, iterations=newton,
