@@ -28,7 +28,7 @@ import cvxpy as cp
 from . import privacy
 from .atoms import privacy_cost, query_variance
 
-__all__ = ["choose_basis", "fitness_problem", "FitnessModel", "Mechanism", "mechanism"]
+__all__ = ["choose_basis", "fitness_problem", "FitnessModel", "Mechanism", "mechanism", "baseline_variances"]
 
 
 def choose_basis(W) -> tuple[np.ndarray, np.ndarray]:
@@ -154,3 +154,59 @@ def mechanism(X, L, B, c) -> Mechanism:
     cov = la.cho_solve(la.cho_factor(X, lower=True), np.eye(X.shape[0]))
     return Mechanism(X, (cov + cov.T) / 2, np.asarray(L, dtype=float), np.asarray(B, dtype=float),
                      np.asarray(c, dtype=float))
+
+
+# --- baselines (Xiao et al. sec. 7): other Gaussian mechanisms at the same privacy cost ----
+def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching=None,
+                       solver: str = "SCS", **solver_opts) -> np.ndarray:
+    """Per-query variances of a baseline mechanism calibrated to the squared privacy cost
+    ``squared_cost`` (the Mahalanobis sensitivity squared, as for :class:`Mechanism`).
+
+    * ``"IP"`` input perturbation: i.i.d. noise on the cells, ``sigma^2 = 1 / cost``.
+    * ``"HM"`` hierarchical mechanism (Hay et al.; Qardaji et al.): i.i.d. noise on the nodes
+      of a k-ary tree over the cells, least squares; every cell lies in ``h + 1`` nodes, so
+      ``sigma^2 = (h + 1) / cost``.  ``branching`` fixes k; by default the k in 2..16 with the
+      smallest maximum variance ratio is used.
+    * ``"CA"`` the matrix mechanism minimizing total variance (Yuan et al. 2016):
+      ``X = argmin tr(W^T W X^{-1}) s.t. diag(X) <= 1`` (written with ``cp.matrix_frac``, solved
+      by ``solver``), ``sigma^2 = 1 / cost``.  ``"wCA-I"`` / ``"wCA-II"`` weight query ``i`` by
+      ``1 / c_i`` / ``1 / sqrt(c_i)`` in the total.
+    """
+    from . import workloads
+
+    Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
+    m, n = Wd.shape
+    if not squared_cost > 0:
+        raise ValueError(f"squared_cost must be positive, got {squared_cost!r}")
+    if method == "IP":
+        return np.sum(Wd * Wd, axis=1) / squared_cost
+    if method == "HM":
+        ks = [branching] if branching else list(range(2, 17))
+        best = None
+        for k in ks:
+            tree = workloads.hierarchy(n, k)
+            A = tree.queries.toarray()
+            G = A.T @ A
+            var = (tree.height + 1) / squared_cost * np.einsum("ij,ji->i", Wd, np.linalg.solve(G, Wd.T))
+            ratio = np.max(var / (1.0 if c is None else np.asarray(c)))
+            if best is None or ratio < best[0]:
+                best = (ratio, var)
+        return best[1]
+    if method in ("CA", "wCA-I", "wCA-II"):
+        weights = np.ones(m)
+        if method != "CA":
+            if c is None:
+                raise ValueError(f"{method} needs the variance targets c")
+            cc = np.broadcast_to(np.asarray(c, dtype=float), (m,))
+            weights = 1.0 / cc if method == "wCA-I" else 1.0 / np.sqrt(cc)
+        G = (Wd.T * weights) @ Wd
+        evals, V = np.linalg.eigh((G + G.T) / 2)
+        R = V * np.sqrt(np.maximum(evals, 0.0))          # G = R R^T
+        X = cp.Variable((n, n), PSD=True)
+        prob = cp.Problem(cp.Minimize(cp.matrix_frac(R, X)), [cp.diag(X) <= 1])
+        prob.solve(solver=solver, **solver_opts)
+        if X.value is None:
+            raise RuntimeError(f"{method}: {solver} returned status {prob.status}")
+        Xv = (X.value + X.value.T) / 2
+        return np.einsum("ij,ji->i", Wd, np.linalg.solve(Xv, Wd.T)) / squared_cost
+    raise ValueError(f"method must be one of IP, HM, CA, wCA-I, wCA-II; got {method!r}")

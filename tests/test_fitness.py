@@ -112,3 +112,27 @@ def test_bad_input():
     with pytest.raises(cvxdp.NotRecognised, match="NEWTON_CG"):
         cp.Problem(cp.Minimize(cp.trace(X)), [cvxdp.query_variance(prefix(3), X) <= 1]).solve(
             method="cvxdp", solver=cvxdp.NEWTON_CG)
+
+
+def test_baselines():
+    fit = cvxdp.fitness
+    W = prefix(8)
+    c = np.ones(8)
+    m = cvxdp.fitness_problem(W, c)
+    m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-9)
+    cost = m.problem.value
+    ip = fit.baseline_variances(W, cost, "IP")
+    np.testing.assert_allclose(ip, np.arange(1, 9) / cost)
+    hm = fit.baseline_variances(W, cost, "HM", c, branching=2)
+    tree = cvxdp.workloads.hierarchy(8, 2)
+    sigma = np.sqrt((tree.height + 1) / cost)
+    np.testing.assert_allclose(hm, cvxdp.analysis.query_errors(W, tree.queries, noise="gaussian", sigma=sigma))
+    # the total-variance optimum for the identity workload is X = I
+    ca_id = fit.baseline_variances(np.eye(5), 2.0, "CA", solver=cp.CLARABEL)
+    np.testing.assert_allclose(ca_id, 0.5, rtol=1e-6)
+    # at SM-II's (optimal) cost no baseline can meet every target
+    for meth in ("IP", "HM", "CA", "wCA-I", "wCA-II"):
+        v = fit.baseline_variances(W, cost, meth, c, solver=cp.CLARABEL)
+        assert np.max(v / c) >= 1 - 1e-5, meth
+    with pytest.raises(ValueError, match="method"):
+        fit.baseline_variances(W, cost, "XYZ")

@@ -1,0 +1,202 @@
+"""Benchmark: fitness-for-use (Xiao, He, Zhang, Kifer, VLDB 2021), cvxdp.NEWTON_CG against
+standard solvers, the reference SM-II code and the paper's baselines, in one run.
+
+Sections:
+
+A. Prefix workloads d = 2 .. 128 (unit targets): our time, squared privacy cost and certified
+   gap; Clarabel (one matrix_frac per query) and SCS (same model) where they finish.
+B. Random-range workloads, 2d ranges, d = 64 .. 1024, unit and random targets: our time and cost,
+   the reference SM-II (cmla-psu/matrixqueries) on the same workload when available, and the
+   maximum variance ratio of input perturbation (IP), the hierarchical mechanism (HM) and the
+   total-variance matrix mechanism (CA) at our privacy cost.
+C. PL-94 (2 x 2 x 63 cells, sec. 7.3) and age pyramids (2 x 116 cells, sec. 7.6): the same.
+
+The reference code is never part of this repository: point ``CVXDP_SMII_DIR`` at a checkout of
+its ``SM-II`` folder (it needs ``np.int``, which the runner below supplies).  Without it, the
+reference columns are left empty.
+
+    python benchmarks/fitness.py                 # everything (tens of minutes)
+    python benchmarks/fitness.py --quick         # minutes
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+import scipy.sparse as sp
+import cvxpy as cp
+
+import cvxdp
+from solvers import newton_cg as N
+
+W = cvxdp.workloads
+
+
+def ours(Wd: np.ndarray, c: np.ndarray, eps: float = 1e-6):
+    t0 = time.perf_counter()
+    L, B = N.choose_basis(Wd)
+    res = N.solve(N.FitnessData(B, L, c), N.NewtonSettings(eps_rel=eps, max_iters=2000))
+    return time.perf_counter() - t0, res
+
+
+def standard(Wd: np.ndarray, c: np.ndarray, solver: str, limit: float):
+    m = cvxdp.fitness_problem(Wd, c)
+    t0 = time.perf_counter()
+    opts = {"time_limit": limit} if solver == cp.CLARABEL else {"time_limit_secs": limit, "eps": 1e-8}
+    try:
+        m.problem.solve(solver=solver, **opts)
+    except (cp.error.SolverError, MemoryError) as exc:
+        return time.perf_counter() - t0, math.nan, type(exc).__name__
+    return time.perf_counter() - t0, m.problem.value, m.problem.status
+
+
+_RUNNER = textwrap.dedent("""
+    import sys, time, json, numpy as np
+    np.int = int; np.float = float          # the reference predates numpy 1.24
+    sys.path.insert(0, sys.argv[1])
+    work = np.load(sys.argv[2]); bound = np.load(sys.argv[3])
+    sys.argv = sys.argv[:1]
+    from softmax import configuration, workload, matrix_query
+    args = configuration(); args.init_mat = 'id_index'; args.maxitercg = 5
+    n = work.shape[1]
+    basis = workload(n); index = work @ np.linalg.inv(basis)
+    t = time.time(); opt = matrix_query(args, basis, index, bound); opt.optimize()
+    cov = opt.cov / np.max(opt.f_var / bound); X = np.linalg.inv(cov)
+    cost = float(np.max(np.einsum('ij,ij->j', basis, X @ basis)))
+    print(json.dumps({"time": time.time() - t, "cost": cost}))
+""")
+
+
+def reference(Wd: np.ndarray, c: np.ndarray, timeout: float):
+    """The reference SM-II on the same workload (subprocess; None if unavailable)."""
+    ref = os.environ.get("CVXDP_SMII_DIR")
+    if not ref or not os.path.exists(os.path.join(ref, "softmax.py")):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        wpath, cpath, rpath = (os.path.join(tmp, f) for f in ("w.npy", "c.npy", "run.py"))
+        np.save(wpath, Wd)
+        np.save(cpath, c)
+        with open(rpath, "w") as fh:
+            fh.write(_RUNNER)
+        try:
+            out = subprocess.run([sys.executable, rpath, ref, wpath, cpath], capture_output=True,
+                                 text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"time": math.inf, "cost": math.nan}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def range_workload(d: int, seed: int = 0) -> np.ndarray:
+    """2d random ranges [lo, hi] with endpoints uniform on the domain (sec. 7.4)."""
+    rng = np.random.RandomState(seed)
+    Wd = np.zeros((2 * d, d))
+    for i in range(2 * d):
+        a, b = rng.randint(d), rng.randint(d)
+        Wd[i, min(a, b): max(a, b) + 1] = 1
+    return Wd
+
+
+def pl94() -> np.ndarray:
+    dom = (2, 2, 63)
+    return sp.vstack([W.marginal(dom, (0,)), W.marginal(dom, (1,)), W.marginal(dom, (2,)),
+                      W.identity(252)]).toarray()
+
+
+def age_pyramid() -> np.ndarray:
+    """Prefix age ranges (0..a for every a) and the voting-age count (18+), for males, females
+    and everybody, over 2 genders x 116 ages (sec. 7.6)."""
+    ages = 116
+    pre = np.tril(np.ones((ages, ages)))
+    vote = np.zeros((1, ages))
+    vote[0, 18:] = 1
+    per_gender = np.vstack([pre, vote])
+    blocks = [np.kron(np.array([[1.0, 0.0]]), per_gender), np.kron(np.array([[0.0, 1.0]]), per_gender),
+              np.kron(np.array([[1.0, 1.0]]), per_gender)]
+    return np.vstack(blocks)
+
+
+def baselines(Wd, c, cost, skip_ca: bool):
+    out = {}
+    for meth in ("IP", "HM") + (() if skip_ca else ("CA",)):
+        try:
+            out[meth] = float(np.max(cvxdp.fitness.baseline_variances(Wd, cost, meth, c) / c))
+        except Exception as exc:      # a baseline that fails is reported, not fatal
+            out[meth] = f"{type(exc).__name__}"
+    return out
+
+
+def fmt(v, spec=".2f"):
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return format(v, spec) if isinstance(v, (int, float)) else str(v)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--max-d", type=int, default=1024)
+    ap.add_argument("--ref-timeout", type=float, default=1800.0)
+    ap.add_argument("--std-limit", type=float, default=120.0, help="Clarabel/SCS time limit (s)")
+    ap.add_argument("--ca-max-d", type=int, default=256, help="largest d for the CA baseline (SCS)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.max_d, args.ref_timeout, args.std_limit, args.ca_max_d = 256, 600.0, 30.0, 128
+    print(f"cvxdp {cvxdp.__version__}, cvxpy {cp.__version__}, numpy {np.__version__}; "
+          f"reference SM-II: {os.environ.get('CVXDP_SMII_DIR') or 'not available'}\n")
+
+    print("A. Prefix workloads, unit targets: squared privacy cost and time")
+    print(f"{'d':>5s} {'cost':>12s} {'cert gap':>9s} {'ours [s]':>9s} {'Clarabel':>12s} {'[s]':>7s} "
+          f"{'SCS':>12s} {'[s]':>7s}")
+    for d in (2, 4, 8, 16, 32, 64, 128):
+        Wd = np.tril(np.ones((d, d)))
+        c = np.ones(d)
+        t, res = ours(Wd, c, eps=1e-8)
+        tc, vc, _ = standard(Wd, c, cp.CLARABEL, args.std_limit) if d <= 32 else (math.nan, math.nan, "")
+        ts, vs, _ = standard(Wd, c, cp.SCS, args.std_limit) if d <= 64 else (math.nan, math.nan, "")
+        print(f"{d:>5d} {res.objective:>12.7f} {res.gap:>9.1e} {t:>9.2f} {fmt(vc, '.7f'):>12s} "
+              f"{fmt(tc):>7s} {fmt(vs, '.7f'):>12s} {fmt(ts):>7s}", flush=True)
+
+    print("\nB. Random ranges (2d queries): time, squared cost, max variance ratio of the baselines "
+          "at our cost")
+    print(f"{'d':>5s} {'targets':>8s} {'ours [s]':>9s} {'cost':>10s} {'gap':>8s} {'ref [s]':>9s} "
+          f"{'ref cost':>10s} {'speed-up':>8s} {'IP':>7s} {'HM':>7s} {'CA':>7s}")
+    d = 64
+    while d <= args.max_d:
+        for targets in ("unit", "random"):
+            Wd = range_workload(d, seed=0)
+            c = np.ones(2 * d) if targets == "unit" else np.random.RandomState(1).uniform(1, 10, 2 * d)
+            t, res = ours(Wd, c)
+            ref = reference(Wd, c, args.ref_timeout) if targets == "unit" else None
+            base = baselines(Wd, c, res.objective, skip_ca=d > args.ca_max_d)
+            speed = ref["time"] / t if ref else math.nan
+            print(f"{d:>5d} {targets:>8s} {t:>9.2f} {res.objective:>10.5f} {res.gap:>8.1e} "
+                  f"{fmt(ref['time'] if ref else None):>9s} {fmt(ref['cost'] if ref else None, '.5f'):>10s} "
+                  f"{fmt(speed, '.1f'):>8s} {fmt(base.get('IP')):>7s} {fmt(base.get('HM')):>7s} "
+                  f"{fmt(base.get('CA')):>7s}", flush=True)
+        d *= 2
+
+    print("\nC. PL-94 and age pyramids (unit targets)")
+    for name, Wd in (("PL-94", pl94()), ("age pyramid", age_pyramid())):
+        c = np.ones(Wd.shape[0])
+        t, res = ours(Wd, c)
+        ref = reference(Wd, c, args.ref_timeout)
+        base = baselines(Wd, c, res.objective, skip_ca=False)
+        print(f"{name:>12s}: {Wd.shape[0]} queries on {Wd.shape[1]} cells; ours {t:.2f} s, squared "
+              f"cost {res.objective:.5f} (gap {res.gap:.1e}); reference "
+              f"{fmt(ref['time'] if ref else None)} s, cost {fmt(ref['cost'] if ref else None, '.5f')}; "
+              f"max variance ratio at our cost: IP {fmt(base.get('IP'))}, HM {fmt(base.get('HM'))}, "
+              f"CA {fmt(base.get('CA'))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
