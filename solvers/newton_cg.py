@@ -188,10 +188,10 @@ class _Smoothed:
         return out
 
 
-def _cg(F: _Smoothed, g: np.ndarray, max_iter: int, rtol: float) -> tuple[np.ndarray, int]:
+def _cg(F: _Smoothed, g: np.ndarray, max_iter: int, rtol: float,
+        Minv: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, int]:
     """Preconditioned conjugate gradient on ``H d = -g`` over symmetric matrices (Frobenius
-    inner product), preconditioned by the inverse Sylvester part of the Hessian."""
-    Minv = F.preconditioner()
+    inner product), preconditioned by ``Minv`` (the inverse Sylvester part of the Hessian)."""
     x = np.zeros_like(g)
     r = -g.copy()
     zr = Minv(r)
@@ -220,6 +220,8 @@ def _cg(F: _Smoothed, g: np.ndarray, max_iter: int, rtol: float) -> tuple[np.nda
 
 # Inner Newton iterations stop when the decrement is below this fraction of the smoothing error.
 _INNER_TOL = 1e-6
+# Newton steps between refreshes of the preconditioner's eigendecomposition.
+_PRECOND_REUSE = 3
 # Stages without halving the gap after which the solve stops (rounding limits it).
 _STALL_STAGES = 3
 # Inexact Newton: CG stops at this relative residual (measured best of 0.5, 0.1, 0.01).
@@ -296,6 +298,8 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
             except la.LinAlgError:
                 pass
         smoothing_error = math.log(d.B.shape[1]) / beta + math.log(max(d.L.shape[0], 2)) / gamma
+        precond, steps_since_precond = None, 0
+        last_step = 1.0
         for _ in range(100):
             g = F.grad
             gn = float(np.sqrt(np.sum(g * g)))
@@ -303,7 +307,12 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
             # the last digits need accurate Newton steps at the sharpest smoothing levels
             rtol = _CG_RTOL if not gaps or gaps[-1] > 100 * s.eps_rel else \
                 min(_CG_RTOL, max(1e-3, 1e4 * smoothing_error / max(abs(F.value), 1e-300)))
-            direction, cg_it = _cg(F, g, s.cg_max, rtol)
+            # The preconditioner only needs to be close to the Hessian's Sylvester part:
+            # its generalized eigendecomposition (k^3) is refreshed every few Newton steps.
+            if precond is None or steps_since_precond >= _PRECOND_REUSE:
+                precond, steps_since_precond = F.preconditioner(), 0
+            steps_since_precond += 1
+            direction, cg_it = _cg(F, g, s.cg_max, rtol, precond)
             cg_total += cg_it
             slope = float(np.sum(g * direction))
             if slope >= 0:
@@ -311,7 +320,7 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
             decrement = -slope
             newton += 1
             # backtracking: positive definite (Cholesky) and Armijo decrease
-            step = 1.0
+            step = min(1.0, 4.0 * last_step)     # a damped stage stays damped: skip hopeless trials
             accepted = False
             for _ in range(60):
                 Xn = X + step * direction
@@ -327,6 +336,7 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
                 step *= 0.5
             if not accepted:
                 break
+            last_step = step
             X, F = Xn, Fn
             # The smoothed problem only approximates the max to within log(n)/beta +
             # log(m)/gamma; solving it much more accurately than that is wasted work.
