@@ -13,7 +13,10 @@ import cvxpy as _cp
 from . import analysis, fitness, mechanisms, workloads
 from .atoms import privacy_cost, query_variance
 from .constraints import TreeConsistent, consistent, ordered
-from .dispatch import ADMM, METHODS, NEWTON_CG, solve
+from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve
+from .domain import Domain
+from .graphical_model import GraphicalModel
+from .marginal_polytope import MarginalPolytope, ModelTooLarge
 from .fitness import fitness_problem
 from .errors import NotRecognised
 from .losses import elastic_net, nll
@@ -21,7 +24,8 @@ from .measurement import Measurement
 
 __version__ = "0.1.0"
 
-__all__ = ["ADMM", "METHODS", "NEWTON_CG", "Measurement", "analysis", "fitness", "fitness_problem",
+__all__ = ["ADMM", "METHODS", "NEWTON_CG", "MIRROR_DESCENT", "Domain", "GraphicalModel",
+           "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "solve", "workloads"]
 

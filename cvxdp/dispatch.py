@@ -20,18 +20,23 @@ from ._cvxpy_compat import write_solution
 from .errors import NotRecognised
 from .interfaces.admm import ADMMMethod
 from .interfaces.base import Method
+from .interfaces.mirror_descent import MirrorDescentMethod
 from .interfaces.newton_cg import NewtonCGMethod
+from .marginal_polytope import MarginalPolytope
 
-__all__ = ["solve", "ADMM", "NEWTON_CG", "METHODS"]
+__all__ = ["solve", "ADMM", "NEWTON_CG", "MIRROR_DESCENT", "METHODS"]
 
 LOGGER = logging.getLogger("cvxdp")
 
 ADMM = ADMMMethod.name
 NEWTON_CG = NewtonCGMethod.name
+MIRROR_DESCENT = MirrorDescentMethod.name
 
 #: cvxdp methods in the order ``solver=None`` tries them
-METHODS: dict[str, Method] = {ADMM: ADMMMethod(), NEWTON_CG: NewtonCGMethod()}
-_ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM, "NEWTON_CG": NEWTON_CG, "CVXDP_NEWTON_CG": NEWTON_CG}
+METHODS: dict[str, Method] = {ADMM: ADMMMethod(), NEWTON_CG: NewtonCGMethod(),
+                              MIRROR_DESCENT: MirrorDescentMethod()}
+_ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM, "NEWTON_CG": NEWTON_CG, "CVXDP_NEWTON_CG": NEWTON_CG,
+            "MIRROR_DESCENT": MIRROR_DESCENT, "CVXDP_MIRROR_DESCENT": MIRROR_DESCENT}
 
 #: options every cvxdp method understands
 SHARED_OPTIONS = ("max_iters", "eps_abs", "eps_rel", "time_limit", "warm_start", "verbose",
@@ -152,17 +157,63 @@ def _strip_cvxdp(kwargs: dict) -> dict:
 
 
 def _passthrough(problem, solver, warm_start, verbose, kwargs, **shared) -> float:
-    """Hand the problem to cvxpy's own solve; shared options are forwarded as given."""
+    """Hand the problem to cvxpy's own solve; shared options are forwarded as given.
+    ``MarginalPolytope`` constraints are first written as their junction tree's local
+    polytope (exact for the triangulated model), and the result is copied back."""
     fwd = dict(kwargs)
     for k, v in shared.items():
         if v is not None:
             fwd[k] = v
-    return problem.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
+    expanded = _expand_marginal_polytopes(problem)
+    if expanded is None:
+        return problem.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
+    expanded.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
+    primal = {v.id: v.value for v in problem.variables()}
+    duals = {c.id: c.dual_value for c in problem.constraints
+             if not isinstance(c, MarginalPolytope) and c.dual_value is not None}
+    stats = expanded.solver_stats
+    write_solution(problem, status=expanded.status, opt_val=expanded.value, primal_vars=primal,
+                   dual_vars=duals, solver_name=stats.solver_name,
+                   solve_time=stats.solve_time or 0.0, setup_time=stats.setup_time or 0.0,
+                   num_iters=stats.num_iters or 0,
+                   extra_stats={"local_polytope": True, "inner": stats.extra_stats},
+                   compilation_time=expanded.compilation_time or 0.0)
+    return problem.value
+
+
+def _expand_marginal_polytopes(problem: cp.Problem) -> cp.Problem | None:
+    """The problem with every MarginalPolytope replaced by its local polytope (``None`` if
+    there is none).  An unknown total is estimated from the objective as MIRROR_DESCENT
+    does, so both solve the same problem; if nothing estimates it, it stays free."""
+    mps = [c for c in problem.constraints if isinstance(c, MarginalPolytope)]
+    if not mps:
+        return None
+    cons = []
+    for c in problem.constraints:
+        if not isinstance(c, MarginalPolytope):
+            cons.append(c)
+            continue
+        total = c.known_total()
+        if total is None:
+            total = _estimated_total(problem, c)
+            c.total_estimate = total
+        cons.extend(c.local_polytope(total))
+    return cp.Problem(problem.objective, cons)
+
+
+def _estimated_total(problem: cp.Problem, mp: MarginalPolytope) -> float | None:
+    from .recognise.marginal_polytope import estimate_total, recognise
+    try:
+        ext = recognise(cp.Problem(problem.objective, [mp]))
+    except NotRecognised:
+        return None
+    est = estimate_total(ext.loss, ext.offsets)
+    return None if est is None else max(est[0], 1e-12)
 
 
 def _verify(problem: cp.Problem, solver: str, outcome) -> dict[str, Any]:
     """Re-solve with a reference solver; report the objective gap and max |x - x_ref|."""
-    ref = cp.Problem(problem.objective, problem.constraints)
+    ref = _expand_marginal_polytopes(problem) or cp.Problem(problem.objective, problem.constraints)
     t0 = time.perf_counter()
     try:
         ref.solve(solver=solver)
@@ -174,7 +225,7 @@ def _verify(problem: cp.Problem, solver: str, outcome) -> dict[str, Any]:
     if ref.status in ("optimal", "optimal_inaccurate") and outcome.primal:
         diffs = [float(np.max(np.abs(np.asarray(v.value, dtype=float)
                                      - np.asarray(outcome.primal[v.id], dtype=float)), initial=0.0))
-                 for v in ref.variables()]
+                 for v in ref.variables() if v.id in outcome.primal]
         out["max_abs_diff"] = max(diffs) if diffs else 0.0
         ours = float(outcome.objective)
         out["objective_gap"] = ours - float(ref.value)

@@ -43,10 +43,12 @@ def _as_list(measurements) -> list[Measurement]:
 
 
 def _flat(x: cp.Expression) -> cp.Expression:
+    """A table-shaped ``x`` is read in C order (``x.value.ravel()``, numpy's convention), so a
+    measurement of a contingency table's cells lists them as ``table.ravel()`` does."""
     x = cp.Expression.cast_to_const(x) if not isinstance(x, cp.Expression) else x
     if x.ndim <= 1:
         return x
-    return cp.vec(x, order="F")
+    return cp.vec(x, order="C")
 
 
 def residual(m: Measurement, x: cp.Expression, space: str | None = None) -> cp.Expression:

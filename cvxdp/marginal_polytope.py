@@ -1,0 +1,249 @@
+"""``MarginalPolytope``: clique marginals that come from one nonnegative table.
+
+    mu_C = marginal on C of some table p >= 0 with sum(p) = N,   for every clique C.
+
+(McKenna, Sheldon, Miklau, ICML 2019, section 3.)  The table itself is never formed.  For
+standard solvers the constraint is written as the *local polytope of a junction tree* of the
+cliques (Wainwright & Jordan 2008, prop. 2.1): one nonnegative marginal per junction-tree
+clique, equal on the separators of neighbouring cliques, summing to ``N``, and each measured
+marginal the sum of its home clique's marginal.  For a triangulated model this set *equals*
+the marginal polytope, so the canonicalisation is exact.  ``solver=cvxdp.MIRROR_DESCENT``
+instead solves over it by mirror descent with a belief-propagation oracle
+(:mod:`solvers.mirror_descent`) and leaves the graphical model on ``constraint.model``.
+
+A marginal variable is either shaped like its clique (``(n_a, n_b, ...)``, entry ``[i, j, ...]``
+counts the records with ``a = i, b = j, ...``) or flat (``(n_a * n_b * ...,)``, C order).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import cvxpy as cp
+from cvxpy.constraints.constraint import Constraint
+
+from solvers.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge
+
+from .domain import Domain
+
+__all__ = ["MarginalPolytope", "ModelTooLarge"]
+
+#: the local polytope for a standard solver is refused above this many junction-tree cells
+STANDARD_SOLVER_MAX_CELLS = 2 ** 22
+
+
+class MarginalPolytope(Constraint):
+    """The clique marginals ``marginals[C]`` are the marginals of one table with total ``total``.
+
+    Parameters
+    ----------
+    marginals : mapping from attribute tuples (cliques; a single name is a 1-tuple) to cvxpy
+        expressions shaped by the clique's domain sizes or flattened (C order).
+    domain : a :class:`cvxdp.Domain` or a mapping ``name -> size``.
+    total : the number of records, a positive number, a cvxpy Parameter, or ``None`` (unknown:
+        estimated from the measurements in the objective, McKenna et al. appendix E.1).
+    max_cells : largest junction-tree clique accepted (cells); a larger one raises
+        :class:`ModelTooLarge` here, before any array is allocated.
+    """
+
+    def __init__(self, marginals: Mapping[Any, cp.Expression], domain: Domain | Mapping[str, int],
+                 total: float | cp.Parameter | None = None, *, max_cells: int = DEFAULT_MAX_CELLS,
+                 constr_id: int | None = None) -> None:
+        if not isinstance(domain, Domain):
+            if not isinstance(domain, Mapping):
+                raise TypeError(f"MarginalPolytope: domain must be a cvxdp.Domain or a mapping "
+                                f"name -> size, got {type(domain).__name__}")
+            domain = Domain(domain)
+        if not isinstance(marginals, Mapping) or not marginals:
+            raise TypeError("MarginalPolytope: marginals must be a non-empty mapping from "
+                            "attribute tuples to cvxpy expressions")
+        cliques, exprs = [], []
+        for key, expr in marginals.items():
+            clique = domain.clique(key)
+            if clique in cliques:
+                raise ValueError(f"MarginalPolytope: clique {clique} appears twice")
+            expr = cp.Expression.cast_to_const(expr) if not isinstance(expr, cp.Expression) else expr
+            shape = domain.shape(clique)
+            if tuple(expr.shape) not in (shape, (math.prod(shape),)) and not (
+                    len(shape) == 1 and tuple(expr.shape) == shape):
+                raise ValueError(f"MarginalPolytope: the marginal of {clique} must have shape "
+                                 f"{shape} or ({math.prod(shape)},), got {tuple(expr.shape)}")
+            if expr.is_complex():
+                raise ValueError(f"MarginalPolytope: the marginal of {clique} must be real")
+            cliques.append(clique)
+            exprs.append(expr)
+        if total is not None and not isinstance(total, cp.Parameter):
+            try:
+                total = float(total)
+            except (TypeError, ValueError):
+                raise TypeError(f"MarginalPolytope: total must be a number, a Parameter or None, "
+                                f"got {total!r}") from None
+            if not (math.isfinite(total) and total > 0):
+                raise ValueError(f"MarginalPolytope: total must be positive and finite, got {total}")
+        if isinstance(total, cp.Parameter) and total.size != 1:
+            raise ValueError("MarginalPolytope: a total Parameter must be scalar")
+        self.domain = domain
+        self.cliques: list[tuple[str, ...]] = cliques
+        self.total = total
+        self.max_cells = int(max_cells)
+        self.tree = JunctionTree(domain.sizes, [tuple(domain.index(a) for a in c) for c in cliques],
+                                 max_cells=self.max_cells)
+        #: the graphical model left by ``solver=cvxdp.MIRROR_DESCENT`` (a :class:`cvxdp.GraphicalModel`)
+        self.model = None
+        #: the total used by the last solve when ``total`` was ``None``
+        self.total_estimate: float | None = None
+        super().__init__(exprs, constr_id)
+
+    # ---------------------------------------------------------------- cvxpy protocol
+    def name(self) -> str:
+        return f"MarginalPolytope({', '.join('(' + ', '.join(c) + ')' for c in self.cliques)})"
+
+    def __repr__(self) -> str:
+        return self.name()
+
+    def __str__(self) -> str:
+        return self.name()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return ()
+
+    def is_dcp(self, dpp: bool = False) -> bool:
+        if dpp:
+            from cvxpy.utilities import scopes
+            with scopes.dpp_scope():
+                return all(a.is_affine() for a in self.args)
+        return all(a.is_affine() for a in self.args)
+
+    def is_dgp(self, dpp: bool = False) -> bool:
+        return False
+
+    def is_dqcp(self) -> bool:
+        return self.is_dcp()
+
+    def get_data(self) -> list:
+        return [self.domain, self.total, self.max_cells, self.id]
+
+    def copy(self, args=None, id_objects=None):
+        args = self.args if args is None else args
+        return type(self)(dict(zip(self.cliques, args)), self.domain, self.total,
+                          max_cells=self.max_cells, constr_id=self.id)
+
+    def summary(self):
+        """Cliques, largest table and memory of the junction tree, before solving."""
+        return self.tree.summary()
+
+    def describe(self) -> str:
+        names = self.domain.names
+        return self.tree.summary().describe(names)
+
+    def known_total(self) -> float | None:
+        if self.total is None:
+            return None
+        if isinstance(self.total, cp.Parameter):
+            if self.total.value is None:
+                raise ValueError("MarginalPolytope: the total Parameter has no value")
+            v = float(self.total.value)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"MarginalPolytope: total must be positive and finite, got {v}")
+            return v
+        return float(self.total)
+
+    # ---------------------------------------------------------------- values
+    def tables(self) -> list[np.ndarray] | None:
+        """Current values of the marginals as arrays shaped by their cliques."""
+        out = []
+        for c, a in zip(self.cliques, self.args):
+            if a.value is None:
+                return None
+            out.append(np.asarray(a.value, dtype=float).reshape(self.domain.shape(c)))
+        return out
+
+    @property
+    def residual(self) -> float | None:
+        """Largest violation of the necessary conditions checked without a full table:
+        negativity, unequal totals (and ``total`` if known), and disagreement of any two
+        marginals on their shared attributes (exact membership for a tree-structured
+        clique set, e.g. disjoint or chained cliques)."""
+        tabs = self.tables()
+        if tabs is None:
+            return None
+        viol = max(float(np.max(-t, initial=0.0)) for t in tabs)
+        totals = [float(t.sum()) for t in tabs]
+        ref = self.total_estimate if self.total is None else self.known_total()
+        if ref is None:
+            ref = totals[0]
+        viol = max(viol, max(abs(s - ref) for s in totals))
+        for i in range(len(tabs)):
+            for j in range(i + 1, len(tabs)):
+                shared = [a for a in self.cliques[i] if a in self.cliques[j]]
+                if shared:
+                    viol = max(viol, float(np.max(np.abs(_project(tabs[i], self.cliques[i], shared)
+                                                          - _project(tabs[j], self.cliques[j], shared)))))
+        return viol
+
+    def value(self, tolerance: float = 1e-8) -> bool:
+        r = self.residual
+        if r is None:
+            raise ValueError("MarginalPolytope.value: a marginal has no value")
+        return bool(r <= tolerance * max(1.0, self.known_total() or 1.0))
+
+    def violation(self):
+        return self.residual
+
+    # ---------------------------------------------------------------- canonicalisation
+    def flat(self, k: int) -> cp.Expression:
+        """Marginal ``k`` as a flat C-order expression."""
+        a = self.args[k]
+        return cp.reshape(a, (a.size,), order="C") if a.ndim > 1 else a
+
+    def local_polytope(self, total: float | cp.Expression | None = None, *,
+                       max_cells: int = STANDARD_SOLVER_MAX_CELLS) -> list[Constraint]:
+        """The junction tree's local polytope as plain cvxpy constraints (new nonnegative
+        variables, one per junction-tree clique); for a standard solver.
+
+        ``total`` overrides the constraint's own (``None`` here and there: the total is free).
+        """
+        tree = self.tree
+        big = max(tree.cells)
+        if big > max_cells:
+            raise ModelTooLarge(
+                f"MarginalPolytope: the local polytope for a standard solver needs a junction-tree "
+                f"clique of {big:,} cells (above max_cells={max_cells:,}); {self.describe()}. "
+                f"Use solver=cvxdp.MIRROR_DESCENT, or pass a larger max_cells.")
+        if total is None:
+            total = self.total
+        mus = [cp.Variable(tree.cells[i], nonneg=True, name=f"jt_clique_{i}") for i in range(len(tree.cliques))]
+        cons: list[Constraint] = []
+        for i in tree.preorder[1:]:
+            p = tree.parent[i]
+            sep = tree.separators[i]
+            cons.append(_marginalizer(tree.sizes, tree.cliques[i], sep) @ mus[i]
+                        == _marginalizer(tree.sizes, tree.cliques[p], sep) @ mus[p])
+        if total is not None:
+            cons.append(cp.sum(mus[tree.preorder[0]]) == total)
+        for k in range(len(self.cliques)):
+            home = tree.home[k]
+            cons.append(self.flat(k) == _marginalizer(tree.sizes, tree.cliques[home], tree.factors[k]) @ mus[home])
+        return cons
+
+
+def _project(table: np.ndarray, attrs: tuple[str, ...], keep: list[str]) -> np.ndarray:
+    axes = tuple(i for i, a in enumerate(attrs) if a not in keep)
+    m = table.sum(axis=axes) if axes else table
+    order = [a for a in attrs if a in keep]
+    return np.transpose(m, [order.index(a) for a in keep])
+
+
+def _marginalizer(sizes, clique: tuple[int, ...], target: tuple[int, ...]) -> sp.csr_matrix:
+    """0/1 matrix summing a C-order clique table (sorted attrs) to ``target`` (in its order)."""
+    shape = tuple(sizes[a] for a in clique)
+    n = math.prod(shape)
+    idx = np.unravel_index(np.arange(n), shape)
+    tshape = tuple(sizes[a] for a in target)
+    rows = (np.ravel_multi_index(tuple(idx[clique.index(a)] for a in target), tshape)
+            if target else np.zeros(n, dtype=int))
+    return sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(math.prod(tshape), n))

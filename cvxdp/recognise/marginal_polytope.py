@@ -1,0 +1,151 @@
+"""Recognise ``minimize loss(marginals) s.t. MarginalPolytope(marginals, domain, total)``.
+
+Accepted losses: nonnegative sums of L1 and squared losses of affine expressions of the
+marginal variables (``cvxdp.nll`` of Laplace / Gaussian measurements, ``cp.norm1``,
+``cp.sum(cp.abs(.))``, ``cp.sum_squares``, weighted), as parsed for ADMM.  The output is a
+:class:`solvers.mirror_descent.MarginalProblem` on the flat C-order vector of all marginals.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import cvxpy as cp
+
+from solvers.marginal_loss import LossTerm, MarginalLoss
+
+from ..errors import NotRecognised
+from ..marginal_polytope import MarginalPolytope
+from .affine import Linearizer
+from .l1_consistency import _collect
+
+__all__ = ["recognise", "MarginalExtraction", "estimate_total"]
+
+_NAME = "MIRROR_DESCENT"
+_EXPECTED = ("minimize a nonnegative sum of L1 / squared losses (cvxdp.nll, cp.norm1, "
+             "cp.sum_squares, weighted) of affine expressions of clique-marginal variables, subject "
+             "to exactly one cvxdp.MarginalPolytope whose marginals are distinct cvxpy Variables")
+
+
+@dataclass
+class MarginalExtraction:
+    constraint: MarginalPolytope
+    variables: list                 # the marginal variables, in the constraint's order
+    loss: MarginalLoss
+    offsets: np.ndarray             # flat C-order offsets of the marginals
+
+
+def _c_order(v: cp.Variable) -> np.ndarray:
+    """``f[c]``: position in cvxpy's column-major vec of the C-order flat index ``c``."""
+    n = v.size
+    if v.ndim <= 1:
+        return np.arange(n)
+    return np.ravel_multi_index(np.unravel_index(np.arange(n), v.shape, order="C"), v.shape, order="F")
+
+
+def recognise(problem: cp.Problem) -> MarginalExtraction:
+    if not isinstance(problem.objective, cp.Minimize):
+        raise NotRecognised(_NAME, _EXPECTED, "a Maximize objective")
+    mps = [c for c in problem.constraints if isinstance(c, MarginalPolytope)]
+    others = [c for c in problem.constraints if not isinstance(c, MarginalPolytope)]
+    if len(mps) != 1:
+        raise NotRecognised(_NAME, _EXPECTED, f"{len(mps)} MarginalPolytope constraints")
+    if others:
+        raise NotRecognised(_NAME, _EXPECTED, f"another constraint, {type(others[0]).__name__}: "
+                            f"{str(others[0])[:60]}")
+    mp = mps[0]
+    variables = []
+    for clique, a in zip(mp.cliques, mp.args):
+        if not isinstance(a, cp.Variable):
+            raise NotRecognised(_NAME, _EXPECTED, f"the marginal of {clique} is an expression "
+                                f"({type(a).__name__}), not a Variable")
+        bad = [k for k in ("boolean", "integer", "PSD", "NSD", "symmetric", "complex", "imag",
+                           "nonpos", "diag", "hermitian", "sparsity", "bounds") if a.attributes.get(k)]
+        if bad:
+            raise NotRecognised(_NAME, _EXPECTED, f"a marginal variable with attribute {bad[0]}")
+        if any(a is v for v in variables):
+            raise NotRecognised(_NAME, _EXPECTED, "the same variable for two cliques")
+        variables.append(a)
+    extra = [v for v in problem.variables() if not any(v is u for u in variables)]
+    if extra:
+        raise NotRecognised(_NAME, _EXPECTED, f"variable {extra[0].name()} that is not a marginal")
+    lin = Linearizer(variables)
+    perm = np.concatenate([lin.offsets[v.id] + _c_order(v) for v in variables])
+    offsets = np.concatenate([[0], np.cumsum([v.size for v in variables])]).astype(int)
+    terms, constant = [], [0.0]
+    try:
+        _collect(problem.objective.expr, 1.0, terms, constant)
+    except NotRecognised as exc:
+        raise NotRecognised(_NAME, _EXPECTED, exc.found) from None
+    if not terms:
+        raise NotRecognised(_NAME, _EXPECTED, "an objective without a loss term")
+    out = []
+    for t in terms:
+        try:
+            M, c = lin(t.expr)
+        except (KeyError, ValueError) as exc:
+            raise NotRecognised(_NAME, _EXPECTED, f"a loss of an expression it cannot read ({exc})")
+        M = sp.csr_matrix(M)[:, perm]         # columns in C order per clique
+        w = np.broadcast_to(np.asarray(t.weight, dtype=float), (M.shape[0],))
+        out.append(LossTerm(t.kind, _as_slice(M) or M, -c, w))
+    return MarginalExtraction(mp, variables, MarginalLoss(out, int(offsets[-1]), constant[0]), offsets)
+
+
+def _as_slice(M: sp.csr_matrix) -> slice | None:
+    """``slice(a, a+m)`` if ``M`` is the identity on columns ``a .. a+m-1``."""
+    m = M.shape[0]
+    if M.nnz != m or m == 0:
+        return None
+    M = M.tocsr()
+    M.sort_indices()
+    if not np.array_equal(np.diff(M.indptr), np.ones(m, dtype=M.indptr.dtype)):
+        return None
+    if not np.all(M.data == 1.0):
+        return None
+    a = int(M.indices[0])
+    if not np.array_equal(M.indices, np.arange(a, a + m)):
+        return None
+    return slice(a, a + m)
+
+
+def estimate_total(loss: MarginalLoss, offsets: np.ndarray) -> tuple[float, float] | None:
+    """McKenna et al. appendix E.1: each loss term whose rows span the total of one clique's
+    marginal gives an unbiased estimate ``1^T A^+ y`` (for the identity: the sum of the noisy
+    cells); estimates are combined by inverse variance (Gaussian ``phi = w/2 r^2``:
+    variance ``1/w``; Laplace ``w|r|``: variance ``2/w^2``).  Returns ``(estimate, variance)``
+    or ``None`` when no term spans a total."""
+    ests, variances = [], []
+    for t in loss.terms:
+        with np.errstate(divide="ignore"):
+            var = 1.0 / t.w if t.kind == "l2" else 2.0 / t.w ** 2
+        if not np.all(np.isfinite(var)):
+            continue
+        if isinstance(t.A, slice):
+            k = int(np.searchsorted(offsets, t.A.start, side="right")) - 1
+            if t.A.start == offsets[k] and t.A.stop == offsets[k + 1]:
+                ests.append(float(t.b.sum()))
+                variances.append(float(var.sum()))
+            continue
+        A = t.A.tocsc()
+        if A.shape[0] > 5000:
+            continue                     # a dense least-norm solve would be too costly here
+        Ad = A.toarray()
+        for k in range(len(offsets) - 1):
+            a, b = offsets[k], offsets[k + 1]
+            blk = Ad[:, a:b]
+            if not np.any(blk):
+                continue
+            target = np.zeros(Ad.shape[1])
+            target[a:b] = 1.0
+            v, *_ = np.linalg.lstsq(Ad.T, target, rcond=None)
+            if np.linalg.norm(Ad.T @ v - target) <= 1e-9 * math.sqrt(b - a):
+                ests.append(float(v @ t.b))
+                variances.append(float(np.sum(v * v * var)))
+                break
+    if not ests:
+        return None
+    iv = 1.0 / np.maximum(np.asarray(variances), 1e-300)
+    est = float(np.dot(iv, ests) / iv.sum())
+    return est, float(1.0 / iv.sum())
