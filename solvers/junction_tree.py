@@ -267,7 +267,11 @@ class JunctionTree:
         beliefs = acc                                      # root's is final; children get the down message
         for i in self.preorder:                            # root to leaves
             for c in self.children[i]:
-                msg = reduce(beliefs[i] - up[c].reshape(self._sep_shape_in_parent[c]), self._sep_axes[c])
+                with np.errstate(invalid="ignore"):
+                    rest = beliefs[i] - up[c].reshape(self._sep_shape_in_parent[c])
+                if mode == "sum" or not np.all(np.isfinite(up[c])):
+                    rest[np.isnan(rest)] = -np.inf        # -inf - -inf: a structural zero stays zero
+                msg = reduce(rest, self._sep_axes[c])
                 beliefs[c] += msg.reshape(self._sep_shape_in[c])
         return beliefs, log_z
 

@@ -14,6 +14,13 @@ junction tree (:mod:`solvers.junction_tree`).  Two algorithms:
   read off the log-partition functions, ``N KL = -eta <g, mu+> + N (log Z - log Z+)``, so a
   trial costs one oracle call.  The step grows 2x after each accepted step (Private-PGM grows
   it 1.01x, which is why it starts slowly).
+* ``"accelerated"`` (default): the same step taken from an extrapolated point
+  ``theta + k/(k+3) (theta - theta_prev)`` (Nesterov momentum in parameter space), restarted
+  (``k = 0``) whenever the extrapolated point's loss exceeds the current one (O'Donoghue &
+  Candes 2015).  No O(1/t^2) guarantee holds for the entropy (its Bregman divergence lacks
+  the needed scaling property), but the certified gap guards the result; on Adult (14 one-way
+  and 10 two-way marginals) it reaches Private-PGM's 1000-iteration loss in under 100
+  iterations.
 * ``"dual_averaging"`` (Algorithm 2, Nesterov / Xiao 2010) with the loss's Lipschitz constant
   computed by :meth:`MarginalLoss.lipschitz`.
 
@@ -40,9 +47,9 @@ from .marginal_loss import MarginalLoss
 
 __all__ = ["MirrorSettings", "MarginalProblem", "solve", "ALGORITHMS"]
 
-ALGORITHMS = ("mirror_descent", "dual_averaging")
+ALGORITHMS = ("accelerated", "mirror_descent", "dual_averaging")
 
-_STEP_GROWTH = 1.2
+_STEP_GROWTH = {"mirror_descent": 1.2, "accelerated": 1.5}   # after an accepted step (measured on Adult)
 _STEP_SHRINK = 0.5        # after a rejected trial
 _MAX_BACKTRACKS = 60
 # the Huber width starts at this fraction of the median L1 noise scale 1/w ...
@@ -55,7 +62,7 @@ _TAU_SHRINK = 0.1
 class MirrorSettings:
     """cvxpy-style options.  ``optimal`` means a certified gap ``<= eps_abs + eps_rel |L|``."""
 
-    algorithm: str = "mirror_descent"
+    algorithm: str = "accelerated"
     max_iters: int = 10000
     eps_abs: float = 1e-8
     eps_rel: float = 1e-4
@@ -142,9 +149,11 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
     def converged(f_exact, gap):
         return gap <= s.eps_abs + s.eps_rel * abs(f_exact)
 
-    if s.algorithm == "mirror_descent":
+    if s.algorithm in ("mirror_descent", "accelerated"):
         eta = step0 or s.step or (1.0 / lip if lip > 0 else 1.0)
         f, g, lams = loss.value_grad(mu, tau)
+        theta_prev, k_mom = theta, 0
+        growth = _STEP_GROWTH[s.algorithm]
         while True:
             if it % s.check_every == 0 or it == s.max_iters:
                 f_exact = f if tau == 0 else loss.value(mu)
@@ -168,19 +177,34 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
             if it >= s.max_iters or time.perf_counter() - t_start >= s.time_limit:
                 status = R.OPTIMAL_INACCURATE
                 break
-            gmu = float(np.dot(g, mu))
+            y, mu_y, lz_y, f_y, g_y = theta, mu, log_z, f, g
+            if s.algorithm == "accelerated" and k_mom > 0:
+                y = theta + (k_mom / (k_mom + 3.0)) * (theta - theta_prev)
+                mu_y, lz_y = P.oracle(y)
+                f_y, g_y, _ = loss.value_grad(mu_y, tau)
+                if f_y > f:                           # adaptive restart: drop the momentum
+                    y, mu_y, lz_y, f_y, g_y, k_mom = theta, mu, log_z, f, g, 0
+            gmu = float(np.dot(g_y, mu_y))
             for _ in range(_MAX_BACKTRACKS):
-                theta_new = theta - eta * g
+                theta_new = y - eta * g_y
                 mu_new, log_z_new = P.oracle(theta_new)
                 f_new = loss.value(mu_new, tau)
-                bregman = max(0.0, -eta * float(np.dot(g, mu_new)) + N * (log_z - log_z_new))
-                model = f + float(np.dot(g, mu_new)) - gmu + bregman / eta
-                if f_new <= model + 1e-12 * abs(f):      # roundoff allowance
+                g_new_mu = float(np.dot(g_y, mu_new))
+                bregman = max(0.0, -eta * g_new_mu + N * (lz_y - log_z_new))
+                # roundoff allowance on the scale of the terms compared
+                slack = 1e-12 * (abs(f_y) + abs(gmu) + abs(g_new_mu))
+                if f_new <= f_y + g_new_mu - gmu + bregman / eta + slack:
                     break
                 eta *= _STEP_SHRINK
+            else:                                     # no step passes: roundoff level reached
+                status = R.OPTIMAL_INACCURATE if best_lb < f - s.eps_abs - s.eps_rel * abs(f) else R.OPTIMAL
+                break
+            theta_prev = theta
+            f_old = f
             theta, mu, log_z = theta_new, mu_new, log_z_new
             f, g, lams = loss.value_grad(mu, tau)
-            eta *= _STEP_GROWTH
+            eta *= growth
+            k_mom = k_mom + 1 if f <= f_old else 0    # function restart (O'Donoghue & Candes)
             it += 1
         model_theta = theta
     else:
@@ -228,4 +252,4 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
         history=history,
         info=dict(algorithm=s.algorithm, theta=model_theta, lipschitz=lip, tau=tau,
                   abs_gap=gap),
-        state=dict(theta=model_theta, step=eta if s.algorithm == "mirror_descent" else None))
+        state=dict(theta=model_theta, step=eta if s.algorithm != "dual_averaging" else None))

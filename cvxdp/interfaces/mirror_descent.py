@@ -17,8 +17,9 @@ from .base import Outcome
 NAME = "CVXDP_MIRROR_DESCENT"
 
 EXTRA_OPTIONS = {
-    "algorithm": "'mirror_descent' (Algorithm 1 with line search, default) or 'dual_averaging' "
-                 "(Algorithm 2, accelerated, with the computed Lipschitz constant)",
+    "algorithm": "'accelerated' (default: Algorithm 1's step from an extrapolated point, with "
+                 "restarts), 'mirror_descent' (Algorithm 1 with line search) or 'dual_averaging' "
+                 "(Algorithm 2, with the computed Lipschitz constant)",
     "check_every": "iterations between certificate checks (one max-product pass each; default 10)",
     "step": "initial mirror-descent step (default 1 / the Lipschitz bound)",
 }
@@ -47,7 +48,7 @@ class MirrorDescentMethod:
             extra["total_variance"] = est[1]
             mp.total_estimate = total
         settings = md.MirrorSettings(
-            algorithm=opts.get("algorithm") or "mirror_descent",
+            algorithm=opts.get("algorithm") or md.MirrorSettings.algorithm,
             max_iters=int(opts.get("max_iters") or md.MirrorSettings.max_iters),
             eps_abs=float(opts.get("eps_abs") or md.MirrorSettings.eps_abs),
             eps_rel=float(opts.get("eps_rel") or md.MirrorSettings.eps_rel),
@@ -60,7 +61,7 @@ class MirrorDescentMethod:
         theta0 = step0 = None
         cache = getattr(mp, "_md_state", None)
         if opts.get("warm_start", True) and cache is not None and cache.get("n") == ext.loss.n \
-                and cache.get("algorithm") == settings.algorithm == "mirror_descent":
+                and cache.get("algorithm") == settings.algorithm != "dual_averaging":
             theta0, step0 = cache["theta"], cache.get("step")
         res = md.solve(problem_data, settings, theta0=theta0, step0=step0)
         mp._md_state = dict(res.state, n=ext.loss.n, algorithm=settings.algorithm)
