@@ -37,7 +37,7 @@ class MarginalExtraction:
     offsets: np.ndarray             # flat C-order offsets of the marginals
 
 
-def _c_order(v: cp.Variable) -> np.ndarray:
+def _c_order(v: cp.Expression) -> np.ndarray:
     """``f[c]``: position in cvxpy's column-major vec of the C-order flat index ``c``."""
     n = v.size
     if v.ndim <= 1:
@@ -89,7 +89,11 @@ def recognise(problem: cp.Problem) -> MarginalExtraction:
             raise NotRecognised(_NAME, _EXPECTED, f"a loss of an expression it cannot read ({exc})")
         M = sp.csr_matrix(M)[:, perm]         # columns in C order per clique
         w = np.broadcast_to(np.asarray(t.weight, dtype=float), (M.shape[0],))
-        out.append(LossTerm(t.kind, _as_slice(M) or M, -c, w))
+        b = -c
+        if t.expr.ndim > 1:                    # rows in C order too (the loss ignores row order),
+            rows = _c_order(t.expr)            # so a marginal minus its table reads as a slice
+            M, b, w = M[rows], b[rows], w[rows]
+        out.append(LossTerm(t.kind, _as_slice(M) or M, b, w))
     return MarginalExtraction(mp, variables, MarginalLoss(out, int(offsets[-1]), constant[0]), offsets)
 
 
