@@ -244,19 +244,23 @@ class JunctionTree:
         return np.transpose(m, inv)
 
     # ------------------------------------------------------------------ calibration
-    def calibrate(self, log_pots: Sequence[np.ndarray], *, mode: str = "sum"):
+    def calibrate(self, log_pots: Sequence[np.ndarray], *, mode: str = "sum", overwrite: bool = False):
         """Two-pass message passing in log space.
 
         Returns ``(log_beliefs, log_z)``: per clique, ``log sum_{x outside C} prod psi``
         (``mode="sum"``) or ``log max_{x outside C} prod psi`` (``mode="max"``), and
-        ``log Z`` (or the log of the maximum).  Potentials are not modified.
+        ``log Z`` (or the log of the maximum).  Potentials are not modified unless
+        ``overwrite`` (then the beliefs are computed in their place).  Entries ``-inf``
+        (structural zeros) are allowed; the NaN guards they need are skipped when every
+        potential is finite.
         """
-        reduce = _lse if mode == "sum" else _lmax
+        finite = all(np.isfinite(p).all() for p in log_pots)
+        reduce = (_lse_finite if finite else _lse) if mode == "sum" else _lmax
         n = len(self.cliques)
         up: list[np.ndarray | None] = [None] * n
         acc = [None] * n
         for i in reversed(self.preorder):                 # leaves to root
-            a = np.array(log_pots[i], dtype=float, copy=True)
+            a = log_pots[i] if overwrite else np.array(log_pots[i], dtype=float, copy=True)
             for c in self.children[i]:
                 a += up[c].reshape(self._sep_shape_in_parent[c])
             acc[i] = a
@@ -267,9 +271,11 @@ class JunctionTree:
         beliefs = acc                                      # root's is final; children get the down message
         for i in self.preorder:                            # root to leaves
             for c in self.children[i]:
-                with np.errstate(invalid="ignore"):
+                if finite:
                     rest = beliefs[i] - up[c].reshape(self._sep_shape_in_parent[c])
-                if mode == "sum" or not np.all(np.isfinite(up[c])):
+                else:
+                    with np.errstate(invalid="ignore"):
+                        rest = beliefs[i] - up[c].reshape(self._sep_shape_in_parent[c])
                     rest[np.isnan(rest)] = -np.inf        # -inf - -inf: a structural zero stays zero
                 msg = reduce(rest, self._sep_axes[c])
                 beliefs[c] += msg.reshape(self._sep_shape_in[c])
@@ -277,7 +283,7 @@ class JunctionTree:
 
     def marginals(self, theta: Sequence[np.ndarray], total: float = 1.0):
         """Factor marginals scaled to ``total``, the normalised clique beliefs, and ``log Z``."""
-        beliefs, log_z = self.calibrate(self.clique_potentials(theta))
+        beliefs, log_z = self.calibrate(self.clique_potentials(theta), overwrite=True)
         probs = []
         for b in beliefs:
             b -= log_z
@@ -289,7 +295,7 @@ class JunctionTree:
     def max_value(self, scores: Sequence[np.ndarray]) -> float:
         """``max_x sum_k scores_k(x_{C_k})`` by max-product (the linear minimisation oracle of
         the marginal polytope: ``min_{mu in M} <g, mu> = -total * max_x sum_k -g_k(x)``)."""
-        _, log_max = self.calibrate(self.clique_potentials(scores), mode="max")
+        _, log_max = self.calibrate(self.clique_potentials(scores), mode="max", overwrite=True)
         return log_max
 
 
@@ -302,6 +308,21 @@ def _lse(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     s = np.exp(a - m).sum(axis=axes)
     with np.errstate(divide="ignore"):
         return np.log(s) + m.reshape(s.shape)
+
+
+def _lse_finite(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """log-sum-exp over ``axes`` for finite ``a`` (no guards needed)."""
+    if not axes:
+        return a.copy()
+    m = a.max(axis=axes, keepdims=True)
+    e = a - m
+    np.exp(e, out=e)
+    s = e.sum(axis=axes)
+    if np.ndim(s) == 0:
+        return np.log(s) + m.reshape(())
+    np.log(s, out=s)
+    s += m.reshape(s.shape)
+    return s
 
 
 def _lmax(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
