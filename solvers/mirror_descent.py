@@ -63,7 +63,9 @@ class MirrorSettings:
     """cvxpy-style options.  ``optimal`` means a certified gap ``<= eps_abs + eps_rel |L|``."""
 
     algorithm: str = "accelerated"
-    max_iters: int = 10000
+    # Private-PGM's default is 1000; the certificate of large boundary optima closes slowly,
+    # so an uncapped run would mostly burn time at status optimal_inaccurate
+    max_iters: int = 2000
     eps_abs: float = 1e-8
     eps_rel: float = 1e-4
     time_limit: float = math.inf

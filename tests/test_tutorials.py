@@ -16,6 +16,7 @@ CASES = {
     "00_workload_strategies.py": ["strategies_error_vs_n.png", "strategies_branching_factor.png"],
     "01_hierarchical_histogram.py": ["hierarchical_mse_by_range.png"],
     "02_contingency_table.py": ["contingency_mse_vs_epsilon.png", "contingency_zero_vs_nonzero.png"],
+    "03_marginal_polytope.py": ["marginals_error_vs_epsilon.png", "marginals_synthetic.png"],
     "04_fitness_for_use.py": ["fitness_variance_ratios.png", "fitness_identity_total.png"],
     "05_constrained_inference.py": ["constrained_tree_consistency.png",
                                     "constrained_sorted_histogram.png",
@@ -24,6 +25,7 @@ CASES = {
 # what each tutorial must print besides the "relative objective gap" line (cvxdp method vs reference)
 EXPECTED_OUTPUT = {
     "00_workload_strategies.py": ["5.333"],             # 16/3 per query, the 3-query example
+    "03_marginal_polytope.py": ["estimated total (appendix E.1)", "unmeasured marginals"],
     "04_fitness_for_use.py": ["same seed, same answers: True", "solved by CVXDP_NEWTON_CG"],
     "05_constrained_inference.py": ["extra_stats['splitting'] = 'separable/tree'"],  # k-gram forest
 }
@@ -49,11 +51,11 @@ def test_tutorial_runs_and_writes_figures(script, tmp_path):
         assert text in proc.stdout, f"{script} did not print {text!r}"
 
 
-def test_contingency_tutorial_falls_back_to_synthetic_data(tmp_path):
-    """Without the Adult files the tutorial still runs, on a synthetic table, and says so."""
-    proc = run_tutorial("02_contingency_table.py", tmp_path,
-                        CVXDP_ADULT_DIR=str(tmp_path / "no-such-dir"))
+@pytest.mark.parametrize("script", ["02_contingency_table.py", "03_marginal_polytope.py"])
+def test_adult_tutorials_fall_back_to_synthetic_data(script, tmp_path):
+    """Without the Adult files the tutorial still runs, on synthetic data, and says so."""
+    proc = run_tutorial(script, tmp_path, CVXDP_ADULT_DIR=str(tmp_path / "no-such-dir"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SYNTHETIC" in proc.stdout
-    for name in CASES["02_contingency_table.py"]:
+    for name in CASES[script]:
         assert (tmp_path / name).is_file()
