@@ -60,7 +60,9 @@ class MirrorDescentMethod:
         problem_data = md.MarginalProblem(mp.tree, ext.loss, total)
         theta0 = step0 = None
         cache = getattr(mp, "_md_state", None)
-        if opts.get("warm_start", True) and cache is not None and cache.get("n") == ext.loss.n \
+        # like cvxpy: clearing a variable's value (x.value = None) asks for a cold start
+        warm = opts.get("warm_start", True) and all(v.value is not None for v in ext.variables)
+        if warm and cache is not None and cache.get("n") == ext.loss.n \
                 and cache.get("algorithm") == settings.algorithm != "dual_averaging":
             theta0, step0 = cache["theta"], cache.get("step")
         res = md.solve(problem_data, settings, theta0=theta0, step0=step0)
