@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 from cvxpy.constraints.constraint import Constraint
+from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
 from solvers.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge
 
@@ -195,13 +196,13 @@ class MarginalPolytope(Constraint):
         return self.residual
 
     # ---------------------------------------------------------------- canonicalisation
-    def flat(self, k: int) -> cp.Expression:
+    def flat(self, k: int, args=None) -> cp.Expression:
         """Marginal ``k`` as a flat C-order expression."""
-        a = self.args[k]
+        a = (self.args if args is None else args)[k]
         return cp.reshape(a, (a.size,), order="C") if a.ndim > 1 else a
 
     def local_polytope(self, total: float | cp.Expression | None = None, *,
-                       max_cells: int = STANDARD_SOLVER_MAX_CELLS) -> list[Constraint]:
+                       max_cells: int = STANDARD_SOLVER_MAX_CELLS, args=None) -> list[Constraint]:
         """The junction tree's local polytope as plain cvxpy constraints (new nonnegative
         variables, one per junction-tree clique); for a standard solver.
 
@@ -227,8 +228,18 @@ class MarginalPolytope(Constraint):
             cons.append(cp.sum(mus[tree.preorder[0]]) == total)
         for k in range(len(self.cliques)):
             home = tree.home[k]
-            cons.append(self.flat(k) == _marginalizer(tree.sizes, tree.cliques[home], tree.factors[k]) @ mus[home])
+            cons.append(self.flat(k, args) == _marginalizer(tree.sizes, tree.cliques[home], tree.factors[k]) @ mus[home])
         return cons
+
+
+def _marginal_polytope_canon(con: MarginalPolytope, args, solver_context=None):
+    """Dcp2Cone canonicalizer: the local polytope of the junction tree (exact), so a plain
+    ``prob.solve(solver=cp.CLARABEL)`` solves the same problem (unknown total: free)."""
+    cons = con.local_polytope(con.total, args=args)
+    return cons[0], cons[1:]
+
+
+CANON_METHODS[MarginalPolytope] = _marginal_polytope_canon
 
 
 def _project(table: np.ndarray, attrs: tuple[str, ...], keep: list[str]) -> np.ndarray:

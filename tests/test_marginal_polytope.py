@@ -262,3 +262,15 @@ def test_domain_counts_dataframe_and_array_alike():
     assert dom.count(arr, ("b", "a"))[2, 1] == 2
     with pytest.raises(ValueError, match="outside"):
         dom.count(np.array([[0, 3]]), "b")
+
+
+@pytest.mark.parametrize("solver", [cp.CLARABEL, cp.SCS, cp.OSQP])
+def test_plain_cvxpy_solve_canonicalises_to_the_local_polytope(solver):
+    """Without method="cvxdp" the constraint still means what it says (never silently dropped)."""
+    dom, data, cl, ys = random_instance(19, [2, 2, 3], [(0, 1), (1, 2)], sigma=1.0, n_records=50)
+    prob, mus, mp = build(dom, cl, ys, sigma=1.0, total=50.0)
+    prob.solve(solver=solver)
+    plain = prob.value
+    assert prob.status == "optimal" and mp.residual < 1e-4 * 50
+    prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, eps_rel=1e-7, max_iters=20000)
+    assert plain == pytest.approx(prob.value, rel=1e-4 if solver == cp.SCS else 1e-6)
