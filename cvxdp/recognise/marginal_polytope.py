@@ -73,6 +73,8 @@ def recognise(problem: cp.Problem) -> MarginalExtraction:
         raise NotRecognised(_NAME, _EXPECTED, f"variable {extra[0].name()} that is not a marginal")
     lin = Linearizer(variables)
     perm = np.concatenate([lin.offsets[v.id] + _c_order(v) for v in variables])
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.size)       # cvxpy column -> C-order column
     offsets = np.concatenate([[0], np.cumsum([v.size for v in variables])]).astype(int)
     terms, constant = [], [0.0]
     try:
@@ -87,7 +89,9 @@ def recognise(problem: cp.Problem) -> MarginalExtraction:
             M, c = lin(t.expr)
         except (KeyError, ValueError) as exc:
             raise NotRecognised(_NAME, _EXPECTED, f"a loss of an expression it cannot read ({exc})")
-        M = sp.csr_matrix(M)[:, perm]         # columns in C order per clique
+        M = sp.csr_matrix(M)                   # columns in C order per clique (O(nnz), no slicing)
+        M = sp.csr_matrix((M.data, inv[M.indices], M.indptr), shape=M.shape)
+        M.sort_indices()
         w = np.broadcast_to(np.asarray(t.weight, dtype=float), (M.shape[0],))
         b = -c
         if t.expr.ndim > 1:                    # rows in C order too (the loss ignores row order),
