@@ -143,10 +143,19 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
     setup_time = time.perf_counter() - t_start
     it = 0
 
-    def certify(mu_c, f_exact, lams):
+    def check(f_smooth, lams, step):
+        """Certify the current ``mu`` (exact loss, best lower bound), log a table row;
+        returns ``(row, exact loss, certified gap)``."""
         nonlocal best_lb
+        f_exact = f_smooth if tau == 0 else loss.value(mu)
         best_lb = max(best_lb, P.lower_bound(lams))
-        return f_exact - best_lb
+        gap = f_exact - best_lb
+        row = dict(iter=it, loss=f_exact, **{"lower bd": best_lb,
+                   "rel gap": gap / max(abs(f_exact), 1e-300)}, step=step, tau=tau,
+                   time=time.perf_counter() - t_start)
+        history.append(row)
+        table.row(row)
+        return row, f_exact, gap
 
     def converged(f_exact, gap):
         return gap <= s.eps_abs + s.eps_rel * abs(f_exact)
@@ -158,13 +167,7 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
         growth = _STEP_GROWTH[s.algorithm]
         while True:
             if it % s.check_every == 0 or it == s.max_iters:
-                f_exact = f if tau == 0 else loss.value(mu)
-                gap = certify(mu, f_exact, lams)
-                row = dict(iter=it, loss=f_exact, **{"lower bd": best_lb,
-                           "rel gap": gap / max(abs(f_exact), 1e-300)}, step=eta, tau=tau,
-                           time=time.perf_counter() - t_start)
-                history.append(row)
-                table.row(row)
+                row, f_exact, gap = check(f, lams, eta)
                 if converged(f_exact, gap):
                     status = R.OPTIMAL
                     break
@@ -216,13 +219,7 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
         f_mu, g_mu, lams = loss.value_grad(mu, tau)
         while True:
             if it % s.check_every == 0 or it == s.max_iters:
-                f_exact = f_mu if tau == 0 else loss.value(mu)
-                gap = certify(mu, f_exact, lams)
-                row = dict(iter=it, loss=f_exact, **{"lower bd": best_lb,
-                           "rel gap": gap / max(abs(f_exact), 1e-300)}, step=1.0 / lip, tau=tau,
-                           time=time.perf_counter() - t_start)
-                history.append(row)
-                table.row(row)
+                row, f_exact, gap = check(f_mu, lams, 1.0 / lip)
                 if converged(f_exact, gap):
                     status = R.OPTIMAL
                     break
