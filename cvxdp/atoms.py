@@ -45,7 +45,23 @@ def _check_X(X, k: int, atom: str) -> cp.Expression:
     return X
 
 
-class QueryVariance(Atom):
+class _ConvexInX(Atom):
+    """Curvature shared by both atoms: convex in ``X``, neither increasing nor decreasing."""
+
+    def is_atom_convex(self) -> bool:
+        return True
+
+    def is_atom_concave(self) -> bool:
+        return False
+
+    def is_incr(self, idx) -> bool:
+        return False
+
+    def is_decr(self, idx) -> bool:
+        return False
+
+
+class QueryVariance(_ConvexInX):
     """``[l_i^T X^{-1} l_i for each row l_i of L]`` (convex in positive definite ``X``)."""
 
     def __init__(self, X, L) -> None:
@@ -67,17 +83,6 @@ class QueryVariance(Atom):
     def sign_from_args(self):
         return (True, False)
 
-    def is_atom_convex(self) -> bool:
-        return True
-
-    def is_atom_concave(self) -> bool:
-        return False
-
-    def is_incr(self, idx) -> bool:
-        return False
-
-    def is_decr(self, idx) -> bool:
-        return False
 
     def _domain(self) -> list[Constraint]:
         return [self.args[0] >> 0]
@@ -99,7 +104,7 @@ class QueryVariance(Atom):
     __repr__ = name
 
 
-class PrivacyCost(Atom):
+class PrivacyCost(_ConvexInX):
     """``max_j b_j^T X b_j`` over the columns of ``B`` (convex: a max of affine functions)."""
 
     def __init__(self, X, B) -> None:
@@ -119,17 +124,6 @@ class PrivacyCost(Atom):
     def sign_from_args(self):
         return (False, False)
 
-    def is_atom_convex(self) -> bool:
-        return True
-
-    def is_atom_concave(self) -> bool:
-        return False
-
-    def is_incr(self, idx) -> bool:
-        return False
-
-    def is_decr(self, idx) -> bool:
-        return False
 
     def _grad(self, values):
         X = np.asarray(values[0], dtype=float)

@@ -202,7 +202,8 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                     break
                 eta *= _STEP_SHRINK
             else:                                     # no step passes: roundoff level reached
-                status = R.OPTIMAL_INACCURATE if best_lb < f - s.eps_abs - s.eps_rel * abs(f) else R.OPTIMAL
+                f_exact = f if tau == 0 else loss.value(mu)   # judge the exact, not the smoothed, loss
+                status = R.OPTIMAL if converged(f_exact, f_exact - best_lb) else R.OPTIMAL_INACCURATE
                 break
             theta_prev = theta
             f_old = f
