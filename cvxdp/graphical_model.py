@@ -1,8 +1,11 @@
 """The graphical model an estimate over the marginal polytope leaves behind, by attribute name.
 
-After ``solver=cvxdp.MIRROR_DESCENT``, ``constraint.model`` is the maximum-entropy distribution
-with the estimated marginals (McKenna, Sheldon, Miklau, ICML 2019, theorem 1),
-``p(x) ∝ exp(sum_k theta_k(x_{C_k}))``, scaled to the total.  It answers marginals on any
+After ``solver=cvxdp.MIRROR_DESCENT``, ``constraint.model`` is the mirror-descent model, the
+maximum-entropy distribution with its marginals (McKenna, Sheldon, Miklau, ICML 2019,
+theorem 1), ``p(x) ∝ exp(sum_k theta_k(x_{C_k}))``, scaled to the total; when the active-set
+polish produced the solution (a quadratic loss), it is instead the junction-tree distribution
+``prod_C mu_C / prod_S mu_S`` of the polished clique tables, which reproduces the estimated
+marginals exactly, empty cells included (no finite ``theta`` does).  It answers marginals on any
 attribute set, measured or not, factored queries (appendix B), and samples synthetic records
 in the attributes' original values.  The numerics live in :mod:`solvers.inference`.
 """
@@ -28,6 +31,15 @@ class GraphicalModel:
                  total: float) -> None:
         self.domain = domain
         self._model = _Model(tree, theta, total)
+
+    @classmethod
+    def from_clique_tables(cls, domain: Domain, tree: JunctionTree, tables: Sequence[np.ndarray],
+                           total: float) -> "GraphicalModel":
+        """The junction-tree distribution of consistent clique tables (``tree.cliques`` order)."""
+        self = cls.__new__(cls)
+        self.domain = domain
+        self._model = _Model.from_clique_tables(tree, tables, total)
+        return self
 
     @property
     def total(self) -> float:

@@ -21,12 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import cvxpy as cp
 from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
-from solvers.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge
+from solvers.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge, marginalizer
 
 from .domain import Domain
 
@@ -222,13 +221,13 @@ class MarginalPolytope(Constraint):
         for i in tree.preorder[1:]:
             p = tree.parent[i]
             sep = tree.separators[i]
-            cons.append(_marginalizer(tree.sizes, tree.cliques[i], sep) @ mus[i]
-                        == _marginalizer(tree.sizes, tree.cliques[p], sep) @ mus[p])
+            cons.append(marginalizer(tree.sizes, tree.cliques[i], sep) @ mus[i]
+                        == marginalizer(tree.sizes, tree.cliques[p], sep) @ mus[p])
         if total is not None:
             cons.append(cp.sum(mus[tree.preorder[0]]) == total)
         for k in range(len(self.cliques)):
             home = tree.home[k]
-            cons.append(self.flat(k, args) == _marginalizer(tree.sizes, tree.cliques[home], tree.factors[k]) @ mus[home])
+            cons.append(self.flat(k, args) == marginalizer(tree.sizes, tree.cliques[home], tree.factors[k]) @ mus[home])
         return cons
 
 
@@ -247,14 +246,3 @@ def _project(table: np.ndarray, attrs: tuple[str, ...], keep: list[str]) -> np.n
     m = table.sum(axis=axes) if axes else table
     order = [a for a in attrs if a in keep]
     return np.transpose(m, [order.index(a) for a in keep])
-
-
-def _marginalizer(sizes, clique: tuple[int, ...], target: tuple[int, ...]) -> sp.csr_matrix:
-    """0/1 matrix summing a C-order clique table (sorted attrs) to ``target`` (in its order)."""
-    shape = tuple(sizes[a] for a in clique)
-    n = math.prod(shape)
-    idx = np.unravel_index(np.arange(n), shape)
-    tshape = tuple(sizes[a] for a in target)
-    rows = (np.ravel_multi_index(tuple(idx[clique.index(a)] for a in target), tshape)
-            if target else np.zeros(n, dtype=int))
-    return sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(math.prod(tshape), n))

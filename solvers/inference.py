@@ -173,12 +173,48 @@ class GraphicalModel:
             b -= log_z
         self._logp = log_beliefs
         self._log_z = float(log_z)
-        n = len(tree.cliques)
+        self._init_caches()
+
+    @classmethod
+    def from_clique_tables(cls, tree: JunctionTree, tables: Sequence[np.ndarray],
+                           total: float) -> "GraphicalModel":
+        """The junction-tree distribution ``p(x) = prod_C mu_C(x_C) / prod_S mu_S(x_S) / total``
+        of consistent clique tables (e.g. a polished optimum, whose empty cells no finite
+        ``theta`` reaches).  ``tables[i]`` is over ``tree.cliques[i]``, nonnegative, each
+        summing to ``total`` and agreeing on separators (not re-checked beyond the sums).
+        Such a model has no ``theta`` (``None``) and ``log_partition`` NaN."""
+        if not isinstance(tree, JunctionTree):
+            raise ValueError(f"tree must be a JunctionTree, got {type(tree).__name__}")
+        if len(tables) != len(tree.cliques):
+            raise ValueError(f"tables: expected {len(tree.cliques)} clique tables, got {len(tables)}")
+        if isinstance(total, bool) or not isinstance(total, numbers.Real) \
+                or not math.isfinite(total) or total <= 0:
+            raise ValueError(f"total must be a finite number > 0, got {total!r}")
+        logp = []
+        for i, t in enumerate(tables):
+            a = np.array(t, dtype=float, copy=True)
+            if a.shape != tree.shapes[i]:
+                raise ValueError(f"tables[{i}] has shape {a.shape}, expected {tree.shapes[i]}")
+            if not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise ValueError(f"tables[{i}] must be finite and nonnegative")
+            ssum = float(a.sum())
+            if abs(ssum - total) > 1e-6 * total:
+                raise ValueError(f"tables[{i}] sums to {ssum}, not total={total}")
+            with np.errstate(divide="ignore"):
+                logp.append(np.log(a / ssum))
+        self = cls.__new__(cls)
+        self._tree, self._theta, self._total = tree, None, float(total)
+        self._logp, self._log_z = logp, math.nan
+        self._init_caches()
+        return self
+
+    def _init_caches(self) -> None:
+        tree, n = self._tree, len(self._tree.cliques)
         self._probs: list[np.ndarray | None] = [None] * n
         self._conds: list[np.ndarray | None] = [None] * n
         self._plans: list[tuple | None] = [None] * n
         self._mus = [self._total * tree.factor_marginal(k, self._clique_probs(tree.home[k]))
-                     for k in range(K)]
+                     for k in range(len(tree.factors))]
 
     # ------------------------------------------------------------------ passthroughs
     @property
@@ -195,13 +231,13 @@ class GraphicalModel:
 
     @property
     def log_partition(self) -> float:
-        """``log Z(theta)``."""
+        """``log Z(theta)`` (NaN for a model built from clique tables)."""
         return self._log_z
 
     @property
-    def theta(self) -> list[np.ndarray]:
-        """Copies of the parameters."""
-        return [t.copy() for t in self._theta]
+    def theta(self) -> list[np.ndarray] | None:
+        """Copies of the parameters (``None`` for a model built from clique tables)."""
+        return None if self._theta is None else [t.copy() for t in self._theta]
 
     def summary(self) -> TreeSummary:
         return self._tree.summary()

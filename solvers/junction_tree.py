@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
-__all__ = ["JunctionTree", "TreeSummary", "ModelTooLarge", "DEFAULT_MAX_CELLS"]
+__all__ = ["JunctionTree", "TreeSummary", "ModelTooLarge", "DEFAULT_MAX_CELLS", "marginalizer"]
 
 #: largest junction-tree clique (number of cells) accepted by default: 2^27 float64 cells are
 #: 1 GiB per array, and calibration keeps about three arrays per clique.
@@ -327,3 +328,16 @@ def _lse_finite(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 
 def _lmax(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return a.max(axis=axes) if axes else a.copy()
+
+
+def marginalizer(sizes: Sequence[int], clique: Sequence[int], target: Sequence[int]) -> sp.csr_matrix:
+    """The 0/1 matrix summing a C-order table over ``clique`` (attributes in increasing order)
+    down to ``target`` (any subset, in the order given; ``()`` gives the total)."""
+    clique, target = tuple(clique), tuple(target)
+    shape = tuple(sizes[a] for a in clique)
+    n = math.prod(shape)
+    idx = np.unravel_index(np.arange(n), shape)
+    tshape = tuple(sizes[a] for a in target)
+    rows = (np.ravel_multi_index(tuple(idx[clique.index(a)] for a in target), tshape)
+            if target else np.zeros(n, dtype=np.int64))
+    return sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(math.prod(tshape), n))

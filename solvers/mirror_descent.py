@@ -44,6 +44,7 @@ from . import result as R
 from ._table import IterationTable
 from .junction_tree import JunctionTree
 from .marginal_loss import MarginalLoss
+from .marginal_polish import MAX_POLISH_CELLS, LocalPolytopeQP, PolishResult
 
 __all__ = ["MirrorSettings", "MarginalProblem", "solve", "ALGORITHMS"]
 
@@ -56,6 +57,11 @@ _MAX_BACKTRACKS = 60
 _TAU0 = 0.5
 # ... and shrinks by this factor when the smoothing error dominates the certified gap
 _TAU_SHRINK = 0.1
+# A polished point is returned at a certified gap above eps only below this relative gap
+# (the floor of double precision for these problems); otherwise mirror descent goes on.
+_POLISH_FLOOR = 1e-8
+# Cells below this fraction of the total start a polish in the zero set.
+_POLISH_THRESHOLD = 1e-6
 
 
 @dataclass
@@ -71,6 +77,10 @@ class MirrorSettings:
     time_limit: float = math.inf
     check_every: int = 10
     step: float | None = None          # initial step; default 1 / Lipschitz bound
+    # active-set polish (quadratic losses, mirror_descent / accelerated): first attempt at
+    # this iteration, then at twice the iteration of each failed attempt
+    polish: bool = True
+    polish_start: int = 100
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
@@ -82,6 +92,8 @@ class MirrorSettings:
                 raise ValueError(f"{name} must be a nonnegative number")
         if int(self.max_iters) < 0 or int(self.check_every) < 1:
             raise ValueError("max_iters must be >= 0 and check_every >= 1")
+        if int(self.polish_start) < 0:
+            raise ValueError(f"polish_start must be >= 0, got {self.polish_start}")
         if self.step is not None and not (self.step > 0 and math.isfinite(self.step)):
             raise ValueError(f"step must be a positive finite number, got {self.step}")
 
@@ -160,6 +172,48 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
     def converged(f_exact, gap):
         return gap <= s.eps_abs + s.eps_rel * abs(f_exact)
 
+    polished: PolishResult | None = None
+    qp: LocalPolytopeQP | None = None
+    polish_at = s.polish_start if (s.polish and loss.smooth and s.algorithm != "dual_averaging"
+                                   and sum(P.tree.cells) <= MAX_POLISH_CELLS) else None
+    polish_log: list[dict] = []
+
+    def try_polish(theta_now):
+        """Active-set polish from the model at ``theta_now``: the status to stop with, or
+        ``None`` (then mirror descent goes on; the bound it found is kept)."""
+        nonlocal qp, best_lb, polished, mu, polish_at
+        t0 = time.perf_counter()
+        polish_at = 2 * max(it, 1)
+        if qp is None:
+            qp = LocalPolytopeQP(P.tree, loss, N)
+        _, probs, _ = P.tree.marginals(P.split(theta_now), 1.0)
+        pol = qp.polish(np.concatenate([b.ravel() for b in probs]), threshold=_POLISH_THRESHOLD)
+        entry = dict(iter=it, seconds=time.perf_counter() - t0, rounds=None, gap=None)
+        polish_log.append(entry)
+        if pol is None:
+            table.footer(f"polish at iteration {it}: the active set did not settle "
+                         f"({entry['seconds']:.2f} s); mirror descent continues")
+            return None
+        f_p, _, lams_p = loss.value_grad(pol.mu)
+        best_lb = max(best_lb, P.lower_bound(lams_p))
+        gap_p = f_p - best_lb
+        entry.update(rounds=pol.rounds, gap=gap_p / max(abs(f_p), 1e-300), support=pol.support)
+        ok = converged(f_p, gap_p)
+        if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
+            table.footer(f"polish at iteration {it}: certified gap {entry['gap']:.1e} after "
+                         f"{pol.rounds} rounds; mirror descent continues")
+            return None
+        polished, mu = pol, pol.mu
+        row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": entry["gap"]},
+                   time=time.perf_counter() - t_start)
+        history.append(dict(row, polished=True))
+        table.row(row)
+        table.footer(f"polish at iteration {it}: {pol.rounds} active-set rounds, {pol.support:,} "
+                     f"cells in the support, consistency residual {pol.residual:.1e}")
+        if s.callback is not None:
+            s.callback(dict(row, x=mu))
+        return R.OPTIMAL if ok else R.OPTIMAL_INACCURATE
+
     if s.algorithm in ("mirror_descent", "accelerated"):
         eta = step0 or s.step or (1.0 / lip if lip > 0 else 1.0)
         f, g, lams = loss.value_grad(mu, tau)
@@ -171,6 +225,10 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                 if converged(f_exact, gap):
                     status = R.OPTIMAL
                     break
+                if polish_at is not None and it >= polish_at:
+                    status = try_polish(theta)
+                    if status is not None:
+                        break
                 if tau > 0 and (f - best_lb) < 0.25 * gap:
                     # smoothing error dominates: sharpen, and shrink the step with the curvature
                     tau *= _TAU_SHRINK
@@ -241,15 +299,19 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
             it += 1
             if it % s.check_every == 0 or it == s.max_iters:
                 f_mu, g_mu, lams = loss.value_grad(mu, tau)
+    if polished is not None:
+        model_theta = None
     f_final = loss.value(mu)
     gap = f_final - best_lb
     table.footer(f"status {status}: loss {f_final:.8e}, certified lower bound {best_lb:.8e}, "
                  f"{it} iterations, {time.perf_counter() - t_start:.2f} s")
     return R.SolverResult(
         x=mu, status=status, objective=f_final, lower_bound=best_lb,
-        gap=gap / max(abs(f_final), 1.0), iterations=it, primal_residual=0.0,
+        gap=gap / max(abs(f_final), 1.0), iterations=it,
         setup_time=setup_time, solve_time=time.perf_counter() - t_start - setup_time,
         history=history,
-        info=dict(algorithm=s.algorithm, theta=model_theta, lipschitz=lip, tau=tau,
-                  abs_gap=gap),
-        state=dict(theta=model_theta, step=eta if s.algorithm != "dual_averaging" else None))
+        primal_residual=0.0 if polished is None else polished.residual,
+        info=dict(algorithm=s.algorithm, theta=model_theta, lipschitz=lip, tau=tau, abs_gap=gap,
+                  clique_tables=None if polished is None else polished.x, polish=polish_log),
+        state=dict(theta=theta if s.algorithm != "dual_averaging" else model_theta,
+                   step=eta if s.algorithm != "dual_averaging" else None))

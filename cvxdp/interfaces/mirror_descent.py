@@ -22,6 +22,10 @@ EXTRA_OPTIONS = {
                  "(Algorithm 2, with the computed Lipschitz constant)",
     "check_every": "iterations between certificate checks (one max-product pass each; default 10)",
     "step": "initial mirror-descent step (default 1 / the Lipschitz bound)",
+    "polish": "active-set polish on the junction tree's local polytope for quadratic losses "
+              "(default True): exact optimum and a tight certificate once the zero cells are found",
+    "polish_start": "iteration of the first polish attempt (default 100; a failed attempt is "
+                    "retried at twice the iteration)",
 }
 
 
@@ -55,6 +59,8 @@ class MirrorDescentMethod:
             time_limit=float(opts.get("time_limit") or math.inf),
             check_every=int(opts.get("check_every") or md.MirrorSettings.check_every),
             step=opts.get("step"),
+            polish=bool(opts.get("polish", md.MirrorSettings.polish)),
+            polish_start=int(opts.get("polish_start", md.MirrorSettings.polish_start)),
             verbose=bool(opts.get("verbose", False)),
             callback=opts.get("callback"))
         problem_data = md.MarginalProblem(mp.tree, ext.loss, total)
@@ -69,13 +75,17 @@ class MirrorDescentMethod:
         mp._md_state = dict(res.state, n=ext.loss.n, algorithm=settings.algorithm)
         extra.update(lower_bound=res.lower_bound, gap=res.gap, abs_gap=res.info["abs_gap"],
                      algorithm=settings.algorithm, lipschitz=res.info["lipschitz"],
+                     polish=res.info["polish"], polished=res.info.get("clique_tables") is not None,
                      junction_tree=mp.describe(), history=res.history)
         primal: dict[int, Any] = {}
         if res.status in SOLUTION_PRESENT and res.x is not None:
             for v, a, b in zip(ext.variables, ext.offsets[:-1], ext.offsets[1:]):
                 flat = res.x[a:b]
                 primal[v.id] = flat.reshape(v.shape) if v.ndim > 1 else flat.reshape(v.shape)
-            mp.model = GraphicalModel(mp.domain, mp.tree, problem_data.split(res.info["theta"]), total)
+            if res.info.get("clique_tables") is not None:
+                mp.model = GraphicalModel.from_clique_tables(mp.domain, mp.tree, res.info["clique_tables"], total)
+            else:
+                mp.model = GraphicalModel(mp.domain, mp.tree, problem_data.split(res.info["theta"]), total)
         return Outcome(status=res.status, primal=primal, objective=res.objective,
                        iterations=res.iterations, solve_time=res.solve_time,
                        setup_time=res.setup_time, extra=extra)
