@@ -42,6 +42,16 @@ class GraphicalModel:
         return self
 
     @property
+    def theta(self) -> dict[tuple[str, ...], np.ndarray] | None:
+        """The log-potentials per measured clique (by attribute names), or ``None`` for a
+        model built from polished clique tables (a boundary point no finite theta reaches)."""
+        th = self._model.theta
+        if th is None:
+            return None
+        n = self.domain.names
+        return {tuple(n[a] for a in f): t for f, t in zip(self._model.tree.factors, th)}
+
+    @property
     def total(self) -> float:
         return float(self._model.total)
 

@@ -142,7 +142,7 @@ class LocalPolytopeQP:
 
         For a diagonal ``H`` (identity measurements) ``dr`` is eliminated, leaving the SPD
         matrix ``M + d^2 I + d J (H + dI)^{-1} J^T``; otherwise the quasi-definite block
-        matrix is factorised as it is.  Both are quasi-definite, so an LDL^T factorisation in
+        matrix in ``(dr, dy)`` is factorised as it is.  Both are quasi-definite, so an LDL^T factorisation in
         any symmetric order exists: QDLDL with an AMD ordering (the factorisation OSQP uses)."""
         n, m, d = self.n, self.m, _DELTA
         if self._h_diag is not None:
@@ -151,7 +151,8 @@ class LocalPolytopeQP:
         else:
             Jm = sp.csc_matrix((np.ones(n), (np.arange(n), np.arange(n))), shape=(n + m, n))
             Hd = self._H + d * sp.identity(n, format="csc")
-            K = sp.bmat([[Hd, -d * Jm.T], [-Jm, -(M + d * d * sp.identity(n + m))]], format="csc")
+            # symmetric in (dr, dy): [H + dI, -J^T; -J, -(M / d + d I)]
+            K = sp.bmat([[Hd, -Jm.T], [-Jm, -(M / d + d * sp.identity(n + m))]], format="csc")
         try:
             ldl = qdldl.Solver(K.tocsc())
         except RuntimeError:              # a zero pivot: the support problem is singular
@@ -165,7 +166,7 @@ class LocalPolytopeQP:
         else:
             def solve(a, b):
                 sol = lu_solve(np.concatenate([a, b]))
-                return sol[:n], sol[n:]
+                return sol[:n], sol[n:] / d
         return solve
 
     def polish(self, x0: np.ndarray, *, threshold: float = 1e-6,
