@@ -39,6 +39,7 @@ the one closest to it, which is what keeps the cells of ``S`` positive.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,12 +170,13 @@ class LocalPolytopeQP:
                 return sol[:n], sol[n:] / d
         return solve
 
-    def polish(self, x0: np.ndarray, *, threshold: float = 1e-6,
-               max_rounds: int = _MAX_ROUNDS) -> PolishResult | None:
+    def polish(self, x0: np.ndarray, *, threshold: float = 1e-6, max_rounds: int = _MAX_ROUNDS,
+               deadline: float = math.inf) -> PolishResult | None:
         """Polish from ``x0`` (flat clique cells as fractions of the total, e.g. mirror-descent
         beliefs).  Cells below ``threshold`` start in ``Z``.  Returns ``None`` if the active
-        set does not settle (``max_rounds``, or no progress for a few rounds) or a support
-        problem is inconsistent."""
+        set does not settle (``max_rounds``, no progress for a few rounds, or
+        ``time.perf_counter()`` past ``deadline`` after a round) or a support problem is
+        inconsistent."""
         x0 = np.asarray(x0, dtype=float)
         if x0.shape != (self.nx,) or not np.all(np.isfinite(x0)):
             raise ValueError(f"polish: x0 must be {self.nx} finite cells")
@@ -227,6 +229,8 @@ class LocalPolytopeQP:
             if violations < best:
                 best, best_round = violations, rounds
             elif rounds - best_round >= _STALL_ROUNDS:
+                return None
+            if time.perf_counter() > deadline:
                 return None
             support = (support & ~neg) | dneg
             start = np.maximum(x, 0.0)      # the next support problem corrects this point
