@@ -74,7 +74,7 @@ _POLISH_THRESHOLD = 1e-6
 # Time allowed to polish attempts in all: this multiple of the mirror-descent time so far,
 # and at least this many seconds (so a failing polish at most triples the run time).
 _POLISH_TIME_RATIO = 2.0
-_POLISH_MIN_SECONDS = 2.0
+_POLISH_MIN_SECONDS = 5.0
 
 
 @dataclass
