@@ -194,7 +194,7 @@ class LocalPolytopeQP:
             if solve is None:             # exactly singular: give up this attempt
                 return None
             xs = start[idx].copy()
-            r = self.P[:, idx] @ xs
+            r = (DS @ xs)[:n]             # the measured marginals of the starting point
             y = np.zeros(n + m)
             prev = math.inf
             for _ in range(_REFINE_STEPS):
@@ -221,7 +221,7 @@ class LocalPolytopeQP:
                 np.maximum(x, 0.0, out=x)
                 x *= self.total
                 resid = float(np.abs(self.D[n:] @ x - self.total * self._e).max(initial=0.0))
-                tables = [x[a:b].reshape(s) for a, b, s in
+                tables = [x[a:b].reshape(shape) for a, b, shape in
                           zip(self.offsets[:-1], self.offsets[1:], self.tree.shapes)]
                 return PolishResult(x=tables, mu=self.P @ x, rounds=rounds,
                                     support=int(support.sum()), residual=resid)
