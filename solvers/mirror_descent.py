@@ -185,6 +185,12 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
     def converged(f_exact, gap):
         return gap <= s.eps_abs + s.eps_rel * abs(f_exact)
 
+    def user_stop(row):
+        return s.callback is not None and bool(s.callback(dict(row, x=mu)))
+
+    def out_of_budget():
+        return it >= s.max_iters or time.perf_counter() - t_start >= s.time_limit
+
     polished: PolishResult | None = None
     qp: LocalPolytopeQP | None = None
     polish_at = s.polish_start if (s.polish and loss.smooth and s.algorithm != "dual_averaging"
@@ -252,10 +258,10 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                     tau *= _TAU_SHRINK
                     eta *= _TAU_SHRINK
                     f, g, lams = loss.value_grad(mu, tau)
-                if s.callback is not None and s.callback(dict(row, x=mu)):
+                if user_stop(row):
                     status = R.USER_LIMIT
                     break
-            if it >= s.max_iters or time.perf_counter() - t_start >= s.time_limit:
+            if out_of_budget():
                 status = R.OPTIMAL_INACCURATE
                 break
             y, mu_y, lz_y, f_y, g_y = theta, mu, log_z, f, g
@@ -300,10 +306,10 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                 if converged(f_exact, gap):
                     status = R.OPTIMAL
                     break
-                if s.callback is not None and s.callback(dict(row, x=mu)):
+                if user_stop(row):
                     status = R.USER_LIMIT
                     break
-            if it >= s.max_iters or time.perf_counter() - t_start >= s.time_limit:
+            if out_of_budget():
                 status = R.OPTIMAL_INACCURATE
                 break
             t = it + 1
