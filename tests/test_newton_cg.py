@@ -3,8 +3,8 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from solvers.newton_cg import (FitnessData, NewtonSettings, _Smoothed, choose_basis, dual_bound,
-                               objective_parts, solve)
+from solvers.newton_cg import (FitnessData, NewtonSettings, _Smoothed, _cg, choose_basis,
+                               dual_bound, objective_parts, solve, uniform_weight_start)
 
 # Squared privacy costs of the prefix workload with unit targets (issue 4, certified here by
 # a duality gap below 1e-8): d = 2, 4, 8, 16, 32, 64.
@@ -21,18 +21,73 @@ def random_instance(seed, k=5, m=7, eta=0.0):
     return FitnessData(B, L, c, eta), A @ A.T + k * np.eye(k)
 
 
-@pytest.mark.parametrize("eta", [0.0, 0.3])
-def test_gradient_and_hessian_vector_product_match_finite_differences(eta):
+@pytest.mark.parametrize("eta, with_priors", [(0.0, False), (0.3, False), (0.0, True)])
+def test_gradient_and_hessian_vector_product_match_finite_differences(eta, with_priors):
     d, X = random_instance(0, eta=eta)
     rng = np.random.default_rng(1)
     D = rng.normal(size=X.shape)
     D = (D + D.T) / 2
     h = 1e-6
-    F = _Smoothed(d, X, 3.0, 2.0)
-    Fp, Fm = _Smoothed(d, X + h * D, 3.0, 2.0), _Smoothed(d, X - h * D, 3.0, 2.0)
+    # exponential-multiplier priors: log-weights, one per basis column and one per query
+    pri = (np.log(rng.dirichlet(np.ones(d.B.shape[1]))), np.log(rng.dirichlet(np.ones(len(d.c))))) \
+        if with_priors else (None, None)
+    F = _Smoothed(d, X, 3.0, 2.0, priors=pri)
+    Fp = _Smoothed(d, X + h * D, 3.0, 2.0, priors=pri)
+    Fm = _Smoothed(d, X - h * D, 3.0, 2.0, priors=pri)
     assert (Fp.value - Fm.value) / (2 * h) == pytest.approx(np.sum(F.grad * D), rel=1e-6)
     fd = (Fp.grad - Fm.grad) / (2 * h)
     np.testing.assert_allclose(F.hvp(D), fd, atol=1e-7 * np.abs(fd).max())
+
+
+def test_soft_max_with_priors_is_a_lower_smoothing_of_the_max():
+    """With priors pi in the simplex, max v + log(pi_j*) / t <= smax <= max v; with uniform
+    priors it is the plain soft-max shifted by -log(n) / t."""
+    d, X = random_instance(3)
+    p, q, *_ = objective_parts(d, X)
+    n = d.B.shape[1]
+    pri = np.log(np.random.default_rng(0).dirichlet(np.ones(n)))
+    F = _Smoothed(d, X, 5.0, 5.0, priors=(pri, None))
+    G = _Smoothed(d, X, 5.0, 5.0, priors=(np.full(n, -np.log(n)), None))
+    H = _Smoothed(d, X, 5.0, 5.0)
+    fq = H.value - (np.log(np.sum(np.exp(5.0 * (p - p.max())))) / 5.0 + p.max())
+    fp_pri = F.value - fq
+    assert p.max() + pri[np.argmax(p)] / 5.0 <= fp_pri <= p.max() + 1e-12
+    assert G.value == pytest.approx(H.value - np.log(n) / 5.0, rel=1e-12)
+    np.testing.assert_allclose(G.w, H.w, rtol=1e-12)
+
+
+def test_uniform_weight_start_minimizes_the_averaged_problem():
+    """The start is the matrix geometric mean: the gradient P - X^{-1} Q X^{-1} of
+    <X, P> + <X^{-1}, Q> (P = B B^T / n, Q = L^T diag(1/c) L / m) vanishes there."""
+    d, _ = random_instance(4, k=6, m=9)
+    X = uniform_weight_start(d)
+    np.linalg.cholesky(X)
+    n, m = d.B.shape[1], len(d.c)
+    P = d.B @ d.B.T / n
+    Q = (d.L.T / (m * d.c)) @ d.L
+    Xi = np.linalg.inv(X)
+    # Q is regularized by 1e-8 of its mean eigenvalue (a workload without full column rank)
+    np.testing.assert_allclose(P - Xi @ Q @ Xi, 0.0, atol=1e-6 * np.abs(P).max())
+
+
+def test_cg_returns_an_upper_bound_on_the_newton_decrement():
+    """g^T K^{-1} g >= g^T H^{-1} g, since H - K is positive semidefinite.  The Hessian is
+    formed here in an orthonormal basis of the symmetric matrices."""
+    d, X = random_instance(5)
+    F = _Smoothed(d, X, 4.0, 4.0)
+    g = F.grad
+    k = d.k
+    basis = []
+    for a in range(k):
+        for b in range(a, k):
+            E = np.zeros((k, k))
+            E[a, b] = E[b, a] = 1.0 if a == b else 2 ** -0.5
+            basis.append(E)
+    H = np.array([[np.sum(Ei * F.hvp(Ej)) for Ej in basis] for Ei in basis])
+    gv = np.array([np.sum(Ei * g) for Ei in basis])
+    decrement = float(gv @ np.linalg.solve(H, gv))
+    _, _, gKg = _cg(F, g, 3, 0.5, F.preconditioner())
+    assert 0 < decrement <= gKg * (1 + 1e-10)
 
 
 @pytest.mark.parametrize("d_", sorted(PREFIX_COSTS))
@@ -44,7 +99,7 @@ def test_prefix_workload_known_costs(d_):
     assert res.lower_bound <= res.objective
     assert res.gap <= 1e-7
     # the returned precision meets every target and has that cost
-    p, q, _, _ = objective_parts(FitnessData(np.eye(d_), W, np.ones(d_)), res.x)
+    p, q, *_ = objective_parts(FitnessData(np.eye(d_), W, np.ones(d_)), res.x)
     assert q.max() <= 1 + 1e-12 and p.max() == pytest.approx(res.objective, rel=1e-12)
 
 
@@ -107,8 +162,8 @@ def test_hybrid_total_variance_term_trades_cost_for_total_error():
     plain = solve(d, NewtonSettings(eps_rel=1e-8))
     d.eta = 1.0
     hybrid = solve(d, NewtonSettings(eps_rel=1e-8, max_iters=300))
-    _, q_plain, _, _ = objective_parts(d, plain.x)
-    _, q_hyb, _, _ = objective_parts(d, hybrid.x)
+    _, q_plain, *_ = objective_parts(d, plain.x)
+    _, q_hyb, *_ = objective_parts(d, hybrid.x)
     # compare at equal privacy cost: variances scale inversely with the cost
     total_plain = np.sum(q_plain * d.c) * plain.objective
     total_hyb = np.sum(q_hyb * d.c) * hybrid.objective

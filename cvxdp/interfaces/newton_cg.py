@@ -16,7 +16,7 @@ from .base import Outcome
 NAME = "CVXDP_NEWTON_CG"
 
 EXTRA_OPTIONS = {
-    "growth": "factor by which the soft-max parameters grow per stage (default 8)",
+    "growth": "factor by which the soft-max parameters grow per stage (default 2)",
     "cg_max": "conjugate-gradient iterations per Newton step at most (default 50)",
     "total_variance_weight": "eta: weight of the total variance added to the objective "
                              "(the paper's hybrid objective, sec. 6.1)",
