@@ -143,13 +143,17 @@ def fmt(v, spec=".2f"):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--max-d", type=int, default=1024)
-    ap.add_argument("--ref-timeout", type=float, default=1800.0)
-    ap.add_argument("--std-limit", type=float, default=120.0, help="Clarabel/SCS time limit (s)")
-    ap.add_argument("--ca-max-d", type=int, default=256, help="largest d for the CA baseline (SCS)")
+    ap.add_argument("--max-d", type=int, help="largest range-workload d (default 1024; quick 256)")
+    ap.add_argument("--ref-timeout", type=float, help="seconds per reference run (default 1800; quick 600)")
+    ap.add_argument("--std-limit", type=float, help="Clarabel/SCS time limit in s (default 120; quick 30)")
+    ap.add_argument("--ca-max-d", type=int, help="largest d for the CA baseline (default 256; quick 128)")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.max_d, args.ref_timeout, args.std_limit, args.ca_max_d = 256, 600.0, 30.0, 128
+    # --quick changes the defaults only: an option given explicitly wins
+    defaults = dict(max_d=256, ref_timeout=600.0, std_limit=30.0, ca_max_d=128) if args.quick else \
+        dict(max_d=1024, ref_timeout=1800.0, std_limit=120.0, ca_max_d=256)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     print(f"cvxdp {cvxdp.__version__}, cvxpy {cp.__version__}, numpy {np.__version__}; "
           f"reference SM-II: {os.environ.get('CVXDP_SMII_DIR') or 'not available'}\n")
 
