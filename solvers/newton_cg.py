@@ -305,6 +305,7 @@ def uniform_weight_start(d: FitnessData) -> np.ndarray:
     Q = (Q + Q.T) / 2
     Q += 1e-8 * max(float(np.trace(Q)) / d.k, 1e-300) * np.eye(d.k)
     ev, V = np.linalg.eigh((P + P.T) / 2)
+    ev = np.maximum(ev, 1e-14 * max(float(ev.max()), 1e-300))   # B has independent rows; rounding
     Ph = (V * np.sqrt(ev)) @ V.T
     Pmh = (V / np.sqrt(ev)) @ V.T
     M = Ph @ Q @ Ph
