@@ -33,7 +33,9 @@
 # default of one thread per core made them many times slower, so this
 # script asks for one BLAS thread unless you set `OPENBLAS_NUM_THREADS` (or
 # `MKL_NUM_THREADS`, `OMP_NUM_THREADS`) yourself.  It has to happen before
-# numpy is imported.
+# numpy is imported.  (The solver itself already keeps to numpy's BLAS, so the
+# two OpenBLAS copies of numpy and scipy no longer compete inside one solve;
+# this setting is about other jobs sharing the cores.)
 
 # %%
 import os
