@@ -158,7 +158,7 @@ def mechanism(X, L, B, c) -> Mechanism:
 
 # --- baselines (Xiao et al. sec. 7): other Gaussian mechanisms at the same privacy cost ----
 def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching=None,
-                       solver: str = "SCS", **solver_opts) -> np.ndarray:
+                       strategy=None, solver: str = "SCS", **solver_opts) -> np.ndarray:
     """Per-query variances of a baseline mechanism calibrated to the squared privacy cost
     ``squared_cost`` (the Mahalanobis sensitivity squared, as for :class:`Mechanism`).
 
@@ -166,7 +166,9 @@ def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching
     * ``"HM"`` hierarchical mechanism (Hay et al.; Qardaji et al.): i.i.d. noise on the nodes
       of a k-ary tree over the cells, least squares; every cell lies in ``h + 1`` nodes, so
       ``sigma^2 = (h + 1) / cost``.  ``branching`` fixes k; by default the k in 2..16 with the
-      smallest maximum variance ratio is used.
+      smallest maximum variance ratio is used.  ``strategy`` (a query matrix over the cells,
+      e.g. :func:`cvxdp.workloads.sqrt_tree`, the tree of the paper's experiments) replaces
+      the k-ary tree: least squares on its answers, ``sigma^2 = Delta_2(strategy)^2 / cost``.
     * ``"CA"`` the matrix mechanism minimizing total variance (Yuan et al. 2016):
       ``X = argmin tr(W^T W X^{-1}) s.t. diag(X) <= 1`` (written with ``cp.matrix_frac``, solved
       by ``solver``), ``sigma^2 = 1 / cost``.  ``"wCA-I"`` / ``"wCA-II"`` weight query ``i`` by
@@ -178,8 +180,24 @@ def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching
     m, n = Wd.shape
     if not squared_cost > 0:
         raise ValueError(f"squared_cost must be positive, got {squared_cost!r}")
+    if strategy is not None and method != "HM":
+        raise ValueError(f"strategy= is an HM option; method is {method!r}")
     if method == "IP":
         return np.sum(Wd * Wd, axis=1) / squared_cost
+    if method == "HM" and strategy is not None:
+        if branching is not None:
+            raise ValueError("HM takes branching= or strategy=, not both")
+        A = strategy.toarray() if sp.issparse(strategy) else np.asarray(strategy, dtype=float)
+        if A.ndim != 2 or A.shape[1] != n:
+            raise ValueError(f"strategy must be a query matrix with {n} columns (W's cells), "
+                             f"got shape {A.shape}")
+        if not np.all(np.isfinite(A)):
+            raise ValueError("strategy contains NaN or inf")
+        G = A.T @ A
+        if np.linalg.matrix_rank(G) < n:
+            raise ValueError("strategy must have full column rank (every cell estimable)")
+        sens2 = float(np.max(np.sum(A * A, axis=0)))
+        return sens2 / squared_cost * np.einsum("ij,ji->i", Wd, np.linalg.solve(G, Wd.T))
     if method == "HM":
         ks = [branching] if branching else list(range(2, 17))
         best = None

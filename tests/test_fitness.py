@@ -136,3 +136,45 @@ def test_baselines():
         assert np.max(v / c) >= 1 - 1e-5, meth
     with pytest.raises(ValueError, match="method"):
         fit.baseline_variances(W, cost, "XYZ")
+    # HM on a given strategy: the k-ary tree's queries give the same as branching=k, and the
+    # paper's two-level tree is calibrated to its largest column norm (3 levels)
+    np.testing.assert_allclose(fit.baseline_variances(W, cost, "HM", strategy=tree.queries), hm)
+    st = cvxdp.workloads.sqrt_tree(8)
+    np.testing.assert_allclose(fit.baseline_variances(W, cost, "HM", strategy=st),
+                               cvxdp.analysis.query_errors(W, st, noise="gaussian",
+                                                           sigma=np.sqrt(3 / cost)))
+    with pytest.raises(ValueError, match="strategy must be a query matrix with 8 columns"):
+        fit.baseline_variances(W, cost, "HM", strategy=np.eye(7))
+    with pytest.raises(ValueError, match="full column rank"):
+        fit.baseline_variances(W, cost, "HM", strategy=np.ones((3, 8)))
+    with pytest.raises(ValueError, match="not both"):
+        fit.baseline_variances(W, cost, "HM", branching=2, strategy=st)
+    with pytest.raises(ValueError, match="HM option"):
+        fit.baseline_variances(W, cost, "IP", strategy=st)
+
+
+def _pl94():
+    dom = (2, 2, 63)
+    wl = cvxdp.workloads
+    return np.vstack([wl.marginal(dom, (a,)).toarray() for a in range(3)] + [np.eye(252)])
+
+
+def _age_pyramid_code():
+    """The age-pyramid workload of the paper's published script (``4_age.py``): the ranges
+    ``age >= a`` (0..115) for males, females and both."""
+    tri = np.triu(np.ones((116, 116)))
+    return np.vstack([np.kron(np.eye(2), tri), np.kron(np.ones((1, 2)), tri)])
+
+
+@pytest.mark.parametrize("W,ip,hm", [(_pl94(), 36.56, 13.93), (_age_pyramid_code(), 32.49, 6.20)],
+                         ids=["PL-94 Table 4", "age Table 9"])
+def test_paper_hm_ratio(W, ip, hm):
+    """Xiao et al. 2021, Tables 4 and 9: IP's max ratio is (widest query) / p, which tells the
+    squared cost p' of the paper's baselines; at p', HM on the paper's two-level tree gives
+    the paper's HM value to the printed digits."""
+    p_paper = W.sum(axis=1).max() / ip
+    c = np.ones(W.shape[0])
+    assert np.max(cvxdp.fitness.baseline_variances(W, p_paper, "IP")) == pytest.approx(ip)
+    v = cvxdp.fitness.baseline_variances(W, p_paper, "HM", c,
+                                         strategy=cvxdp.workloads.sqrt_tree(W.shape[1]))
+    assert round(float(np.max(v)), 2) == hm

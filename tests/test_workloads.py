@@ -287,6 +287,22 @@ def test_kron_matches_numpy():
 
 
 # ------------------------------------------------------------------------ ranges
+def test_sqrt_tree():
+    # n = 10: k = 3, so the total, blocks [0,3) [3,6) [6,9), and the 10 cells; cell 9 is in no block
+    T = W.sqrt_tree(10).toarray()
+    expect = np.vstack([np.ones((1, 10)), np.kron(np.eye(3), np.ones((1, 3))) @ np.eye(9, 10),
+                        np.eye(10)])
+    np.testing.assert_array_equal(T, expect)
+    np.testing.assert_array_equal((T * T).sum(axis=0), [3] * 9 + [2])
+    for n in (1, 2, 9, 16, 17, 252):
+        T = W.sqrt_tree(n)
+        k = int(np.floor(np.sqrt(n)))
+        assert sp.isspmatrix_csr(T) and T.shape == (1 + k + n, n)
+        assert T.toarray().max(axis=0).min() == 1 and (T.power(2).sum(axis=0)).max() == 3
+    with pytest.raises(ValueError, match="n must be"):
+        W.sqrt_tree(0)
+
+
 def test_simple_workloads():
     np.testing.assert_array_equal(W.identity(3).toarray(), np.eye(3))
     np.testing.assert_array_equal(W.total(3).toarray(), [[1, 1, 1]])
