@@ -208,7 +208,6 @@ def section_a(args) -> None:
               f"{fmt(tc):>7s} {fmt(vs, '.7f'):>12s} {fmt(ts):>7s}", flush=True)
 
 
-
 def section_b(args) -> None:
     print("\nB. Random ranges (2d queries): time, squared cost, max variance ratio of the baselines "
           "at our cost")
@@ -228,7 +227,6 @@ def section_b(args) -> None:
                   f"{fmt(speed, '.1f'):>8s} {fmt(base.get('IP')):>7s} {fmt(base.get('HM')):>7s} "
                   f"{fmt(base.get('HMsq')):>7s} {fmt(base.get('CA')):>7s}", flush=True)
         d *= 2
-
 
 
 def section_cd(args) -> None:
