@@ -174,7 +174,7 @@ def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching
       by ``solver``), ``sigma^2 = 1 / cost``.  ``"wCA-I"`` / ``"wCA-II"`` weight query ``i`` by
       ``1 / c_i`` / ``1 / sqrt(c_i)`` in the total.
     """
-    from . import workloads
+    from . import analysis, workloads
 
     Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
     m, n = Wd.shape
@@ -193,11 +193,10 @@ def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching
                              f"got shape {A.shape}")
         if not np.all(np.isfinite(A)):
             raise ValueError("strategy contains NaN or inf")
-        G = A.T @ A
-        if np.linalg.matrix_rank(G) < n:
+        if np.linalg.matrix_rank(A) < n:
             raise ValueError("strategy must have full column rank (every cell estimable)")
-        sens2 = float(np.max(np.sum(A * A, axis=0)))
-        return sens2 / squared_cost * np.einsum("ij,ji->i", Wd, np.linalg.solve(G, Wd.T))
+        sigma = analysis.sensitivity(A, 2) / np.sqrt(squared_cost)
+        return analysis.query_errors(Wd, A, noise="gaussian", sigma=sigma)
     if method == "HM":
         ks = [branching] if branching else list(range(2, 17))
         best = None
