@@ -33,7 +33,7 @@ __all__ = ["choose_basis", "fitness_problem", "FitnessModel", "Mechanism", "mech
 
 def choose_basis(W) -> tuple[np.ndarray, np.ndarray]:
     """``W = L B`` with ``B`` linearly independent rows of ``W`` (pivoted QR) and ``L = W B^+``."""
-    from solvers.newton_cg import choose_basis as _cb
+    from .solvers.newton_cg import choose_basis as _cb
 
     Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
     if Wd.ndim != 2 or not np.all(np.isfinite(Wd)):

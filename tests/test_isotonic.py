@@ -3,7 +3,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from solvers.isotonic import Chains, pava
+from cvxdp.solvers.isotonic import Chains, pava
 
 
 @pytest.mark.parametrize("seed", range(4))

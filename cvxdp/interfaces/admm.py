@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
-from solvers import admm as admm_solver
-from solvers.result import SOLUTION_PRESENT, INFEASIBLE
+from ..solvers import admm as admm_solver
+from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..recognise.l1_consistency import Extraction, recognise
 from .base import Outcome

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
-from solvers import mirror_descent as md
-from solvers.result import SOLUTION_PRESENT
+from ..solvers import mirror_descent as md
+from ..solvers.result import SOLUTION_PRESENT
 
 from ..graphical_model import GraphicalModel
 from ..recognise.marginal_polytope import MarginalExtraction, estimate_total, recognise

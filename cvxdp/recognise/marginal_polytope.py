@@ -3,7 +3,7 @@
 Accepted losses: nonnegative sums of L1 and squared losses of affine expressions of the
 marginal variables (``cvxdp.nll`` of Laplace / Gaussian measurements, ``cp.norm1``,
 ``cp.sum(cp.abs(.))``, ``cp.sum_squares``, weighted), as parsed for ADMM.  The output is a
-:class:`solvers.mirror_descent.MarginalProblem` on the flat C-order vector of all marginals.
+:class:`cvxdp.solvers.mirror_descent.MarginalProblem` on the flat C-order vector of all marginals.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
-from solvers.marginal_loss import LossTerm, MarginalLoss
+from ..solvers.marginal_loss import LossTerm, MarginalLoss
 
 from ..errors import NotRecognised
 from ..marginal_polytope import MarginalPolytope

@@ -12,7 +12,7 @@ iteratively: errors along ``null(K) = null(A^T)`` are annihilated by ``A^T``,
 and the bias on the range contracts by ``delta / (sigma_i^2 + delta)`` per step.
 If ``b`` is not in the range of ``A`` the set is empty; :attr:`feasible` says so.
 
-For forests (:mod:`solvers.tree`) the O(n) two-pass projection replaces all this.
+For forests (:mod:`cvxdp.solvers.tree`) the O(n) two-pass projection replaces all this.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class ForestProjector:
     """Projection onto forest consistency ``s_r (x_p - sum_c x_c) = b_r`` in O(n).
 
     ``row_parent``/``row_scale`` map the user's rows to parents (see
-    :func:`solvers.tree.forest_from_rows`), so multipliers come back per user row.
+    :func:`cvxdp.solvers.tree.forest_from_rows`), so multipliers come back per user row.
     """
 
     def __init__(self, forest: Forest, row_parent: np.ndarray, row_scale: np.ndarray,

@@ -1,6 +1,6 @@
 """Active-set polish of a quadratic marginal loss over the junction tree's local polytope.
 
-Entropic mirror descent (:mod:`solvers.mirror_descent`) keeps every cell positive, so an
+Entropic mirror descent (:mod:`cvxdp.solvers.mirror_descent`) keeps every cell positive, so an
 optimum with many empty cells is only approached in the limit.  For the Gaussian (``"l2"``)
 losses the problem is a quadratic program in the junction-tree clique tables ``x``
 
@@ -88,7 +88,7 @@ class LocalPolytopeQP:
     """The quadratic program above for a junction tree and an all-``"l2"`` loss.
 
     ``loss`` acts on the stacked factor marginals (``tree.factors``, C order), as in
-    :class:`solvers.mirror_descent.MarginalProblem`.
+    :class:`cvxdp.solvers.mirror_descent.MarginalProblem`.
     """
 
     def __init__(self, tree: JunctionTree, loss: MarginalLoss, total: float) -> None:

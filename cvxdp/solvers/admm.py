@@ -481,7 +481,7 @@ class _SeparableADMM(_Base):
         """D(lam) = -f*(-lam) - sigma_C(lam) after moving lam into dom sigma_C.
 
         On a forest, lam is repaired into the domain of f* node by node (interval
-        propagation, see :mod:`solvers.polish`), which loses far less than scaling
+        propagation, see :mod:`cvxdp.solvers.polish`), which loses far less than scaling
         the whole vector; elsewhere it is scaled by the largest feasible theta."""
         if self.proj is not None:
             lam = lam - self.proj.project_nullspace(lam)      # into range(A^T)

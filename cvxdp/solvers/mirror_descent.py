@@ -7,7 +7,7 @@ Problem (McKenna, Sheldon, Miklau, ICML 2019, section 3.2):
 the clique marginals ``mu_k`` (cliques ``C_k``) of some nonnegative table with total ``N``.
 With the Bregman divergence of the entropy, a mirror step is marginal inference:
 ``mu(theta - eta grad L(mu))`` (appendix A.1), computed exactly by belief propagation on a
-junction tree (:mod:`solvers.junction_tree`).  Two algorithms:
+junction tree (:mod:`cvxdp.solvers.junction_tree`).  Two algorithms:
 
 * ``"mirror_descent"`` (Algorithm 1) with a backtracking line search on the Bregman
   upper model ``L(mu+) <= L(mu) + <g, mu+ - mu> + D(mu+, mu) / eta``.  ``D = N KL(p+ || p)`` is
@@ -26,7 +26,7 @@ junction tree (:mod:`solvers.junction_tree`).  Two algorithms:
 
 Stopping rule: a certified duality gap.  Every ``check_every`` iterations the dual point
 ``lam = phi'(A mu - b)`` gives a lower bound through one max-product pass
-(:mod:`solvers.marginal_loss`); the run is ``optimal`` when
+(:mod:`cvxdp.solvers.marginal_loss`); the run is ``optimal`` when
 ``L(mu) - best_lower_bound <= eps_abs + eps_rel * |L(mu)|``.  L1 terms are Huber-smoothed with
 a width ``tau`` that shrinks whenever the smoothing, not the optimisation, holds the gap up;
 their bound is always for the exact L1 loss.
@@ -34,7 +34,7 @@ their bound is always for the exact L1 loss.
 Polish.  Entropic steps keep every cell positive, so optima with many empty cells (the usual
 case for sparse data) are approached only in the limit, and the Frank-Wolfe bound stays loose
 near them.  For quadratic losses, at iteration ``polish_start`` (then at twice the iteration of
-each failed attempt) :mod:`solvers.marginal_polish` takes the model's junction-tree beliefs,
+each failed attempt) :mod:`cvxdp.solvers.marginal_polish` takes the model's junction-tree beliefs,
 finds the active set by primal-dual active-set rounds and returns the exact optimum; the
 max-product bound at that point is tight, and the run stops.  The polished point is kept only
 if its certified gap meets the tolerance (or the floor of double precision, then

@@ -1,6 +1,6 @@
 """Numerical layer of cvxdp: numpy/scipy only, never imports cvxpy.
 
-Every method takes arrays and returns a :class:`solvers.result.SolverResult`.
+Every method takes arrays and returns a :class:`cvxdp.solvers.result.SolverResult`.
 """
 from .result import SolverResult
 

@@ -12,7 +12,7 @@ remainder subject to the equality constraints is a weighted projection
 
 where a tiny ``delta`` (only where ``w2_i = 0``) selects, among the optimal points
 of a degenerate face, the one closest to the ADMM iterate ``xhat``.  On a forest
-this is one O(n) pass of :class:`solvers.tree.TreeLSQ` with infinite weights on
+this is one O(n) pass of :class:`cvxdp.solvers.tree.TreeLSQ` with infinite weights on
 ``S``.  The polished point is accepted only if it is feasible and keeps the signs.
 
 The matching dual (the certificate) is found by *interval propagation*: every

@@ -6,7 +6,7 @@ ICML 2019, section 3)
     p_theta(x) = exp( sum_k theta_k(x_{C_k}) ) / Z(theta),        x in X = [n_1] x ... x [n_d],
 
 scaled to ``total`` records.  :class:`GraphicalModel` calibrates its junction tree once
-(:mod:`solvers.junction_tree`, log space) and then answers, without ever forming the full table:
+(:mod:`cvxdp.solvers.junction_tree`, log space) and then answers, without ever forming the full table:
 
 * ``marginal(A)`` -- ``total * p(x_A)`` for *any* attribute tuple ``A`` (measured or not);
 * ``query({i: Q_i})`` -- the factored query ``(Q_1 (x) ... (x) Q_d) p`` of appendix B,
