@@ -35,9 +35,15 @@ def write_solution(problem: cp.Problem, *, status: str, opt_val: float,
     """Unpack a solution into ``problem`` exactly as a standard cvxpy solve would.
 
     ``primal_vars`` maps every variable id to its value (ignored for infeasible
-    statuses); ``dual_vars`` maps constraint ids to dual values.
+    statuses); ``dual_vars`` maps constraint ids to dual values.  A constraint without an
+    entry gets ``dual_value = None``: ``Problem.unpack`` would otherwise leave the dual of
+    an earlier solve in place, which no longer belongs to the point.
     """
     _check_private_attributes(problem)
+    for c in problem.constraints:
+        if c.id not in dual_vars:
+            for dv in c.dual_variables:
+                dv.save_value(None)
     attr = {s.SOLVE_TIME: solve_time, s.SETUP_TIME: setup_time, s.NUM_ITERS: num_iters,
             s.EXTRA_STATS: extra_stats}
     problem.unpack(Solution(status, opt_val, primal_vars, dual_vars, attr))

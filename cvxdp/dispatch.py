@@ -18,11 +18,16 @@ import cvxpy as cp
 
 from ._cvxpy_compat import write_solution
 from .errors import NotRecognised
+from .input_check import check_problem_data
+from .interfaces import certify
 from .interfaces.admm import ADMMMethod
-from .interfaces.base import Method
+from .interfaces.base import Method, Outcome, extra_stats
 from .interfaces.mirror_descent import MirrorDescentMethod
 from .interfaces.newton_cg import NewtonCGMethod
+from .interfaces.options import SHARED_NAMES
+from .interfaces.warm_start import CACHE
 from .marginal_polytope import MarginalPolytope
+from .solvers.result import SOLUTION_PRESENT
 
 __all__ = ["solve", "ADMM", "NEWTON_CG", "MIRROR_DESCENT", "METHODS"]
 
@@ -39,8 +44,7 @@ _ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM, "NEWTON_CG": NEWTON_CG, "CVXDP_NEW
             "MIRROR_DESCENT": MIRROR_DESCENT, "CVXDP_MIRROR_DESCENT": MIRROR_DESCENT}
 
 #: options every cvxdp method understands
-SHARED_OPTIONS = ("max_iters", "eps_abs", "eps_rel", "time_limit", "warm_start", "verbose",
-                  "callback", "verify", "fallback")
+SHARED_OPTIONS = SHARED_NAMES
 # cvxpy's own Problem.solve keywords that make sense only for its solvers
 _CVXPY_ONLY = ("gp", "qcp", "requires_grad", "enforce_dpp", "ignore_dpp", "canon_backend")
 
@@ -61,20 +65,27 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
 
     Parameters
     ----------
-    solver : ``cvxdp.ADMM``, any cvxpy solver name, or ``None`` (best cvxdp method).
+    solver : ``cvxdp.ADMM``, ``cvxdp.MIRROR_DESCENT``, ``cvxdp.NEWTON_CG``, any cvxpy solver
+        name, or ``None`` (the first cvxdp method that recognises the problem).
     fallback : a cvxpy solver to use when no cvxdp method recognises the problem.
     verify : a cvxpy solver that re-solves the problem after a cvxdp method; the
         objective gap and the largest difference in variable values are recorded
         in ``problem.solver_stats.extra_stats["verify"]``.
-    warm_start : start from ``Variable.value`` and the method's cached state.
+    warm_start : start from ``Variable.value`` and the method's cached state (kept per
+        problem and method, and dropped when a Parameter's value changes).
     verbose : log a per-iteration table to ``logging.getLogger("cvxdp")``.
-    max_iters, eps_abs, eps_rel, time_limit : stopping rules (see the method).
+    max_iters, eps_abs, eps_rel, time_limit : stopping rules; ``None`` takes the method's
+        default.  ``eps_abs`` is the largest constraint violation allowed in the returned
+        point, ``eps_rel`` the largest certified gap ``(f - L) / max(1, |f|)``: status
+        ``optimal`` means both hold (checked on the point by cvxpy itself).
     callback : ``callback(info) -> bool`` called at every convergence check;
         returning True stops with status ``user_limit``.
-    kwargs : method-specific options (e.g. ``rho``, ``polish`` for ADMM), or, for
-        a cvxpy solver, anything ``Problem.solve`` accepts.
+    kwargs : method-specific options (``cvxdp.METHODS[name].options.describe()`` lists
+        them), or, for a cvxpy solver, anything ``Problem.solve`` accepts.
 
-    Returns the optimal value, like ``Problem.solve``.
+    Returns the optimal value, like ``Problem.solve``.  Unknown or out-of-range options
+    raise ``ValueError`` naming the option; NaN, inf or complex data raise ``ValueError``
+    naming the term, before any work.
     """
     if not isinstance(problem, cp.Problem):
         raise TypeError(f"solve: problem must be a cvxpy Problem, got {type(problem).__name__}")
@@ -86,49 +97,75 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     bad = [k for k in kwargs if k in _CVXPY_ONLY and kwargs[k]]
     if bad:
         raise ValueError(f"option(s) {bad} apply to cvxpy's own solvers, not to cvxdp methods")
-    _validate_shared(max_iters, eps_abs, eps_rel, time_limit, callback)
+    given = {k: v for k, v in kwargs.items() if k not in _CVXPY_ONLY}
+    given.update(max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit,
+                 warm_start=warm_start, verbose=verbose, callback=callback, verify=verify,
+                 fallback=fallback)
+    if method is not None:
+        method.options.parse(given)           # bad options fail before any work
     t0 = time.perf_counter()
-    candidates = [method] if method is not None else list(METHODS.values())
-    errors = []
-    chosen = extraction = None
-    for m in candidates:
-        try:
-            extraction = m.recognise(problem)
-            chosen = m
-            break
-        except NotRecognised as exc:
-            errors.append(exc)
+    check_problem_data(problem)
+    chosen, extraction = _recognise(problem, method, fallback, verbose)
     if chosen is None:
-        if fallback is not None:
-            if verbose:
-                LOGGER.info("cvxdp: no method recognises the problem; solving with %s", fallback)
-            return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
-        if len(errors) == 1:
-            raise errors[0]
-        raise NotRecognised("cvxdp", "; or ".join(e.expected for e in errors),
-                            "; ".join(e.found for e in errors))
-    unknown = [k for k in kwargs if k not in chosen.extra_options and k not in _CVXPY_ONLY]
-    if unknown:
-        known = sorted(set(SHARED_OPTIONS) | set(chosen.extra_options))
-        raise ValueError(f"{chosen.name}: unknown option(s) {sorted(unknown)}; known options: {known}")
+        return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
+    settings = chosen.options.parse(given)
     compile_time = time.perf_counter() - t0
-    opts = dict(kwargs, max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
-                time_limit=time_limit, warm_start=warm_start, verbose=verbose, callback=callback)
     if verbose:
         _ensure_handler()
         LOGGER.info("cvxdp: %s recognised the problem (%.3f s)", chosen.name, compile_time)
-    outcome = chosen.solve(problem, extraction, opts)
-    extra = dict(outcome.extra)
-    if verify is not None and outcome.primal:
-        extra["verify"] = _verify(problem, verify, outcome)
-    write_solution(problem, status=outcome.status, opt_val=_opt_val(outcome),
-                   primal_vars=outcome.primal, dual_vars=outcome.duals, solver_name=chosen.name,
-                   solve_time=outcome.solve_time, setup_time=outcome.setup_time,
-                   num_iters=outcome.iterations, extra_stats=extra,
-                   compilation_time=compile_time)
+    cached = CACHE.get(problem, chosen.name) if settings.warm_start else None
+    outcome = chosen.solve(problem, extraction, settings, cached=cached)
+    CACHE.put(problem, chosen.name, outcome.state)
+    _finish(problem, chosen.name, outcome, settings, compile_time)
     if verbose:
         LOGGER.info("cvxdp: status %s, objective %.10g", problem.status, problem.value)
     return problem.value
+
+
+def _recognise(problem: cp.Problem, method: Method | None, fallback, verbose):
+    """The first method that recognises ``problem`` and its extraction; ``(None, None)``
+    when none does and a fallback solver was given."""
+    errors = []
+    for m in [method] if method is not None else list(METHODS.values()):
+        try:
+            return m, m.recognise(problem)
+        except NotRecognised as exc:
+            errors.append(exc)
+    if fallback is not None:
+        if verbose:
+            _ensure_handler()
+            LOGGER.info("cvxdp: no method recognises the problem; solving with %s", fallback)
+        return None, None
+    if len(errors) == 1:
+        raise errors[0]
+    raise NotRecognised("cvxdp", "; or ".join(e.expected for e in errors),
+                        "; ".join(e.found for e in errors))
+
+
+def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_time) -> None:
+    """Certify the outcome in cvxpy's terms (:mod:`cvxdp.interfaces.certify`), then write
+    it back with the shared ``extra_stats``."""
+    present = outcome.status in SOLUTION_PRESENT and bool(outcome.primal)
+    check = certify.check_point(problem, outcome.primal) if present else None
+    if check is not None and not check.finite:
+        raise cp.error.SolverError(
+            f"{name} produced a point with NaN or inf values (status {outcome.status}). "
+            f"Please report this; pass fallback=cp.CLARABEL or solve with a standard solver.")
+    status, gap, why = certify.decide(outcome.status, check, outcome.lower_bound,
+                                      eps_abs=settings.eps_abs, eps_rel=settings.eps_rel)
+    duals = outcome.duals if (status == "optimal" and outcome.duals_certified) else {}
+    outcome.duals_certified = bool(duals)
+    objective = check.objective if check is not None else _opt_val(outcome)
+    verify = None
+    if settings.verify is not None and present:
+        verify = _verify(problem, settings.verify, outcome.primal, objective)
+    extra = extra_stats(name, outcome, objective=objective, gap=gap,
+                        primal_residual=check.violation if check is not None else math.inf,
+                        reason=why or outcome.reason, verify=verify)
+    write_solution(problem, status=status, opt_val=objective, primal_vars=outcome.primal,
+                   dual_vars=duals, solver_name=name, solve_time=outcome.solve_time,
+                   setup_time=outcome.setup_time, num_iters=outcome.iterations,
+                   extra_stats=extra, compilation_time=compile_time)
 
 
 def _opt_val(outcome) -> float:
@@ -137,22 +174,10 @@ def _opt_val(outcome) -> float:
     return float(outcome.objective)
 
 
-def _validate_shared(max_iters, eps_abs, eps_rel, time_limit, callback) -> None:
-    if max_iters is not None and (not float(max_iters).is_integer() or max_iters < 1):
-        raise ValueError(f"max_iters must be a positive integer, got {max_iters!r}")
-    for name, val in (("eps_abs", eps_abs), ("eps_rel", eps_rel)):
-        if val is not None and not (math.isfinite(val) and val > 0):
-            raise ValueError(f"{name} must be positive and finite, got {val!r}")
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"time_limit must be positive (seconds), got {time_limit!r}")
-    if callback is not None and not callable(callback):
-        raise TypeError("callback must be callable: callback(info) -> bool")
-
-
 def _strip_cvxdp(kwargs: dict) -> dict:
     extra = set()
     for m in METHODS.values():
-        extra |= set(m.extra_options)
+        extra |= set(m.options.own)
     return {k: v for k, v in kwargs.items() if k not in extra}
 
 
@@ -211,7 +236,8 @@ def _estimated_total(problem: cp.Problem, mp: MarginalPolytope) -> float | None:
     return None if est is None else max(est[0], 1e-12)
 
 
-def _verify(problem: cp.Problem, solver: str, outcome) -> dict[str, Any]:
+def _verify(problem: cp.Problem, solver: str, primal: dict[int, Any],
+            ours: float) -> dict[str, Any]:
     """Re-solve with a reference solver; report the objective gap and max |x - x_ref|."""
     ref = _expand_marginal_polytopes(problem) or cp.Problem(problem.objective, problem.constraints)
     t0 = time.perf_counter()
@@ -222,12 +248,11 @@ def _verify(problem: cp.Problem, solver: str, outcome) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     out: dict[str, Any] = {"solver": solver, "status": ref.status, "time": elapsed,
                            "objective": ref.value}
-    if ref.status in ("optimal", "optimal_inaccurate") and outcome.primal:
+    if ref.status in ("optimal", "optimal_inaccurate") and primal:
         diffs = [float(np.max(np.abs(np.asarray(v.value, dtype=float)
-                                     - np.asarray(outcome.primal[v.id], dtype=float)), initial=0.0))
-                 for v in ref.variables() if v.id in outcome.primal]
+                                     - np.asarray(primal[v.id], dtype=float)), initial=0.0))
+                 for v in ref.variables() if v.id in primal]
         out["max_abs_diff"] = max(diffs) if diffs else 0.0
-        ours = float(outcome.objective)
         out["objective_gap"] = ours - float(ref.value)
         out["relative_objective_gap"] = (ours - float(ref.value)) / max(1.0, abs(float(ref.value)))
     return out

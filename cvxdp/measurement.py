@@ -33,6 +33,10 @@ class Measurement:
     scale: float | np.ndarray = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("queries", "answers", "scale"):
+            val = getattr(self, name)
+            if (val.data if sp.issparse(val) else np.asarray(val)).dtype.kind == "c":
+                raise ValueError(f"Measurement: {name} are complex; DP releases are real numbers")
         Q = self.queries
         if sp.issparse(Q):
             Q = sp.csr_matrix(Q, dtype=float, copy=True)
@@ -43,8 +47,14 @@ class Measurement:
             if Q.ndim != 2:
                 raise ValueError(f"Measurement: queries must be a 2-D matrix, got shape {Q.shape}")
             Q = sp.csr_matrix(Q)
+        if Q.shape[0] == 0 or Q.shape[1] == 0:
+            raise ValueError(f"Measurement: queries must have at least one row and one column "
+                             f"(one per cell), got shape {Q.shape}")
         if not np.all(np.isfinite(Q.data)):
-            raise ValueError("Measurement: queries contain NaN or inf")
+            coo = Q.tocoo()
+            bad = int(np.flatnonzero(~np.isfinite(coo.data))[0])
+            raise ValueError(f"Measurement: queries contain NaN or inf (first at row "
+                             f"{int(coo.row[bad])}, column {int(coo.col[bad])})")
         m = Q.shape[0]
         y = np.array(self.answers, dtype=float, copy=True)
         if y.ndim == 0:

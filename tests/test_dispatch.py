@@ -52,9 +52,9 @@ def test_statistics_and_private_attributes_written_once():
     st = p.solver_stats
     assert st.num_iters > 0 and st.solve_time > 0 and st.setup_time >= 0
     assert p.compilation_time is not None and p.compilation_time >= 0
-    for key in ("gap", "lower_bound", "primal_residual", "dual_residual", "splitting", "history",
-                "constraint_violation"):
-        assert key in st.extra_stats
+    assert tuple(st.extra_stats) == cvxdp.interfaces.base.EXTRA_STATS_KEYS
+    for key in ("splitting", "constraint_violation", "rho", "polish"):
+        assert key in st.extra_stats["info"]
     assert st.extra_stats["gap"] <= 1e-6
 
 

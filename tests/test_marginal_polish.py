@@ -56,7 +56,7 @@ def test_polish_reaches_the_optimum_with_a_tight_certificate(sizes, cliques):
     prob, mus, mp = build(dom, cl, ys, 2.0, N)
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, polish_start=20, eps_rel=1e-9)
     st = prob.solver_stats.extra_stats
-    assert prob.status == "optimal" and st["polished"]
+    assert prob.status == "optimal" and st["info"]["polished"]
     ours, got = prob.value, {c: v.value.copy() for c, v in mus.items()}
     assert st["lower_bound"] <= ours
     assert ours - st["lower_bound"] <= 1e-9 * ours + 1e-12
@@ -88,7 +88,7 @@ def test_weighted_and_general_linear_measurements():
            + cp.sum_squares(Q @ cp.vec(mus[cl[1]], order="C") - q) / 18)
     prob = cp.Problem(cp.Minimize(obj), [cvxdp.MarginalPolytope(mus, dom, total=N)])
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, polish_start=20, eps_rel=1e-9)
-    assert prob.status == "optimal" and prob.solver_stats.extra_stats["polished"]
+    assert prob.status == "optimal" and prob.solver_stats.extra_stats["info"]["polished"]
     ours = prob.value
     ref, _ = clarabel(prob, mus)
     assert ours == pytest.approx(ref, rel=1e-7)
@@ -99,7 +99,7 @@ def test_polish_off_is_plain_mirror_descent():
     prob, mus, mp = build(dom, cl, ys, 2.0, float(len(data)))
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, polish=False, max_iters=3000, eps_rel=1e-5)
     st = prob.solver_stats.extra_stats
-    assert not st["polished"] and st["polish"] == []
+    assert not st["info"]["polished"] and st["info"]["polish"] == []
     assert mp.model.theta is not None                          # the exponential-family model
     ours = prob.value
     ref, _ = clarabel(prob, mus)
@@ -113,7 +113,7 @@ def test_l1_losses_are_not_polished():
     obj = sum(cp.norm1(mus[c] - ys[c]) for c in cl)
     prob = cp.Problem(cp.Minimize(obj), [cvxdp.MarginalPolytope(mus, dom, total=float(len(data)))])
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, polish_start=0, max_iters=300)
-    assert prob.solver_stats.extra_stats["polish"] == []
+    assert prob.solver_stats.extra_stats["info"]["polish"] == []
 
 
 def _qp_problem(seed=5):

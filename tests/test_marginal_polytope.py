@@ -189,7 +189,7 @@ def test_unknown_total_is_estimated_and_both_paths_agree():
     dom, data, cl, ys = random_instance(13, [2, 3, 2], [(0,), (0, 1), (1, 2)], sigma=3.0, n_records=300)
     prob, mus, mp = build(dom, cl, ys, sigma=3.0, total=None)
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, eps_rel=1e-8, max_iters=20000)
-    est = prob.solver_stats.extra_stats["total_estimate"]
+    est = prob.solver_stats.extra_stats["info"]["total_estimate"]
     w = np.array([1.0 / (9.0 * dom.size(c)) for c in cl])             # inverse variances of the sums
     expected = float(np.dot(w, [ys[c].sum() for c in cl]) / w.sum())
     assert est == pytest.approx(expected, rel=1e-12)

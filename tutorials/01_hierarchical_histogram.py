@@ -116,9 +116,9 @@ for name, solver in (("cvxdp.ADMM", cvxdp.ADMM), ("Clarabel", cp.CLARABEL)):
           f"solve_time={stats.solve_time} setup_time={stats.setup_time}")
     if stats.extra_stats and stats.solver_name == cvxdp.ADMM:
         es = stats.extra_stats
-        print(f"  extra_stats: splitting={es['splitting']!r} gap={es['gap']:.2e} "
+        print(f"  extra_stats: splitting={es['info']['splitting']!r} gap={es['gap']:.2e} "
               f"lower_bound={es['lower_bound']:.8f} primal_residual={es['primal_residual']:.2e} "
-              f"dual_residual={es['dual_residual']:.2e} rho={es['rho']:.3g} polish={es['polish']}")
+              f"dual_residual={es['dual_residual']:.2e} rho={es['info']['rho']:.3g} polish={es['info']['polish']}")
 
 (v_admm, t_admm, _), (v_ref, t_ref, _) = results["cvxdp.ADMM"], results["Clarabel"]
 print(f"\nrelative objective gap (ADMM - Clarabel) / |Clarabel| = {(v_admm - v_ref) / abs(v_ref):.2e}; "

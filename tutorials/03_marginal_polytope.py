@@ -138,9 +138,9 @@ for name, solver in (("Clarabel", cp.CLARABEL), ("cvxdp.MIRROR_DESCENT", cvxdp.M
           f"solve_time={stats.solve_time:.4f} setup_time={stats.setup_time}")
     es = stats.extra_stats
     if stats.solver_name == cvxdp.MIRROR_DESCENT:
-        print(f"  extra_stats: algorithm={es['algorithm']!r} lower_bound={es['lower_bound']:.8f} "
+        print(f"  extra_stats: algorithm={es['info']['algorithm']!r} lower_bound={es['lower_bound']:.8f} "
               f"gap={es['gap']:.2e} (certified, relative) iterations recorded={len(es['history'])}")
-        print(f"  extra_stats['junction_tree']: {es['junction_tree']}")
+        print(f"  extra_stats['info']['junction_tree']: {es['info']['junction_tree']}")
     else:
         print(f"  extra_stats: {es}")
     print(f"  the plain sum_squares spelling at this point: {plain.value:.8f}")
@@ -359,8 +359,8 @@ for i, e in enumerate(EPSILONS):
             ERR[label][i] += workload_error({c: mus[c].value for c in cliques}) / N_SEEDS
             if total is None:
                 xs = prob.solver_stats.extra_stats
-                total_est[i, seed] = xs["total_estimate"]
-                total_sd[i] = np.sqrt(xs["total_variance"])
+                total_est[i, seed] = xs["info"]["total_estimate"]
+                total_sd[i] = np.sqrt(xs["info"]["total_variance"])
             else:                        # the same model on Clarabel: the exact optimum
                 v_md = prob.value
                 t0 = time.perf_counter()

@@ -188,7 +188,7 @@ for name, solver in (("cvxdp.NEWTON_CG", cvxdp.NEWTON_CG), ("SCS", cp.SCS), ("Cl
     if st.solver_name == cvxdp.NEWTON_CG:
         es = st.extra_stats
         print(f"  extra_stats: gap={es['gap']:.2e} lower_bound={es['lower_bound']:.8f} "
-              f"stages={es['stages']} cg_iterations={es['cg_iterations']}")
+              f"stages={es['info']['stages']} cg_iterations={es['info']['cg_iterations']}")
 
 ours = results["cvxdp.NEWTON_CG"]
 for ref in ("SCS", "Clarabel"):

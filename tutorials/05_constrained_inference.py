@@ -88,8 +88,8 @@ def solve_both(prob, var, label, **admm_options):
         extra = ""
         if stats.solver_name == cvxdp.ADMM:
             es = stats.extra_stats
-            extra = (f", splitting {es['splitting']!r}, certified gap {es['gap']:.1e}, "
-                     f"polished {bool(es['polish'] and es['polish'].get('success'))}")
+            extra = (f", splitting {es['info']['splitting']!r}, certified gap {es['gap']:.1e}, "
+                     f"polished {bool(es['info']['polish'] and es['info']['polish'].get('success'))}")
         print(f"  {label:<26} {name:<11} objective {prob.value:.10g}  {seconds:7.3f} s  "
               f"iterations {stats.num_iters}{extra}")
     (va, xa, ta), (vc, xc, tc) = out["cvxdp.ADMM"], out["Clarabel"]
@@ -485,7 +485,7 @@ print(f"saved {path}")
 # a sparse matrix `A x = 0` with one row per `$`-free gram shorter than `K`
 # (`+1` on the gram, `-1` on its children).  Nothing tells cvxdp that it is a
 # tree; its ADMM finds the forest in the rows and uses the O(n) tree
-# projection (`extra_stats["splitting"] == "separable/tree"`).
+# projection (`extra_stats["info"]["splitting"] == "separable/tree"`).
 #
 # **Privacy.**  Neighbouring data sets differ by one whole sequence (added or
 # removed), of length at most `L_max` (longer ones would be truncated).  A
@@ -620,8 +620,8 @@ x = cp.Variable(grams.n)
 prob_kl2 = cp.Problem(cp.Minimize(cp.sum_squares(x - y_k.answers)), [grams.A @ x == 0])
 res_kl2 = solve_both(prob_kl2, x, "L2, A x = 0")
 prob_kl2.solve(method="cvxdp", solver=cvxdp.ADMM)
-print(f"  prob.solver_stats.extra_stats['splitting'] = "
-      f"{prob_kl2.solver_stats.extra_stats['splitting']!r}")
+print(f"  prob.solver_stats.extra_stats['info']['splitting'] = "
+      f"{prob_kl2.solver_stats.extra_stats['info']['splitting']!r}")
 prob_kl1 = cp.Problem(cp.Minimize(cvxdp.nll(y_k, x)), [grams.A @ x == 0])
 res_kl1 = solve_both(prob_kl1, x, "L1 (nll), A x = 0")
 

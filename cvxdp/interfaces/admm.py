@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import math
-import time
-import weakref
 from typing import Any
 
 import numpy as np
@@ -14,84 +12,73 @@ from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..recognise.l1_consistency import Extraction, recognise
 from .base import Outcome
+from .options import Option, OptionSet, Settings
 
 NAME = "CVXDP_ADMM"
 
-#: ADMM-specific options beyond the shared ones, with their meaning
-EXTRA_OPTIONS = {
-    "rho": "initial penalty (default: from the loss weights)",
-    "alpha": "over-relaxation in (0, 2) (default 1.6)",
-    "adaptive_rho": "residual-balancing rho updates (default: on, except pure L1 on a tree)",
-    "polish": "active-set polish for an exact final solution (default True)",
-    "check_every": "iterations between convergence checks (default 10)",
-    "equality_split": "'projection' (default: project onto A x = b) or 'penalty' (Lee et al. "
-                      "Algorithm 1: A x - b as a residual block, x-update with A^T A + 2 I)",
-}
-
-# Warm-start cache: the last ADMM state of each problem object.
-_STATE: "weakref.WeakKeyDictionary[cp.Problem, Any]" = weakref.WeakKeyDictionary()
+OPTIONS = OptionSet.build(NAME, max_iters=admm_solver.ADMMSettings.max_iters,
+                          eps_abs=admm_solver.ADMMSettings.eps_abs,
+                          eps_rel=admm_solver.ADMMSettings.eps_rel, own=[
+    Option("rho", "number", None, "initial penalty (default: from the loss weights)",
+           low=0, low_open=True, high=math.inf, high_open=True, nullable=True),
+    Option("alpha", "number", admm_solver.ADMMSettings.alpha, "over-relaxation",
+           low=0, high=2, low_open=True, high_open=True),
+    Option("adaptive_rho", "bool", None,
+           "residual-balancing rho updates (default: on, except pure L1 on a tree)",
+           nullable=True),
+    Option("polish", "bool", True, "active-set polish for an exact final solution"),
+    Option("check_every", "integer", admm_solver.ADMMSettings.check_every,
+           "iterations between convergence checks", low=1),
+    Option("equality_split", "choice", "projection",
+           "'projection' (project onto A x = b) or 'penalty' (Lee et al. Algorithm 1: "
+           "A x - b as a residual block, x-update with A^T A + 2 I)",
+           choices=("projection", "penalty")),
+])
 
 
 class ADMMMethod:
     name = NAME
-    extra_options = EXTRA_OPTIONS
+    options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> Extraction:
         return recognise(problem)
 
-    def solve(self, problem: cp.Problem, ext: Extraction, opts: dict[str, Any]) -> Outcome:
-        settings = admm_solver.ADMMSettings(
-            max_iters=int(opts.get("max_iters") or admm_solver.ADMMSettings.max_iters),
-            eps_abs=float(opts.get("eps_abs") or admm_solver.ADMMSettings.eps_abs),
-            eps_rel=float(opts.get("eps_rel") or admm_solver.ADMMSettings.eps_rel),
-            time_limit=float(opts.get("time_limit") or math.inf),
-            verbose=bool(opts.get("verbose", False)),
-            callback=opts.get("callback"),
-        )
-        for key, cast in (("rho", float), ("alpha", float), ("adaptive_rho", bool),
-                          ("polish", bool), ("check_every", int), ("equality_split", str)):
-            if opts.get(key) is not None:
-                setattr(settings, key, cast(opts[key]))
+    def solve(self, problem: cp.Problem, ext: Extraction, settings: Settings, *,
+              cached: Any) -> Outcome:
         if ext.trivially_infeasible:
             return Outcome(status=INFEASIBLE, primal={}, objective=math.inf, iterations=0,
-                           solve_time=0.0, setup_time=0.0,
-                           extra={"reason": ext.trivially_infeasible})
+                           solve_time=0.0, setup_time=0.0, reason=ext.trivially_infeasible)
+        solver_settings = admm_solver.ADMMSettings(
+            max_iters=settings.max_iters, eps_abs=settings.eps_abs, eps_rel=settings.eps_rel,
+            time_limit=settings.time_limit, verbose=settings.verbose,
+            callback=settings.callback, rho=settings.rho, alpha=settings.alpha,
+            adaptive_rho=settings.adaptive_rho, polish=settings.polish,
+            check_every=settings.check_every, equality_split=settings.equality_split)
         x0 = state = None
-        if opts.get("warm_start", True):
+        if settings.warm_start:
             if all(v.value is not None for v in ext.variables):
                 x0 = np.concatenate([np.asarray(v.value, dtype=float).ravel(order="F")
                                      for v in ext.variables])
-            state = _STATE.get(problem)
-            if state is not None and state.z.size != ext.data.n:
-                state = None
-        res = admm_solver.solve(ext.data, settings, x0=x0, state=state)
-        if res.state:
-            _STATE[problem] = res.state
-        extra = {
-            "method": "ADMM",
-            "splitting": res.info.get("splitting"),
-            "objective": res.objective,
-            "lower_bound": res.lower_bound,
-            "gap": res.gap,
-            "primal_residual": res.primal_residual,        # largest violation of the returned x
-            "dual_residual": res.dual_residual,            # ADMM's last dual residual
-            "admm_primal_residual": res.info.get("admm_primal_residual"),
-            "constraint_violation": res.info.get("violation"),
-            "rho": res.info.get("rho"),
-            "polish": res.info.get("polish"),
-            "history": res.history,
-        }
-        if "certificate" in res.info:
-            extra["infeasibility_certificate"] = res.info["certificate"]
-        if "reason" in res.info:
-            extra["reason"] = res.info["reason"]
+            if isinstance(cached, admm_solver.ADMMState) and cached.z.size == ext.data.n:
+                state = cached
+        res = admm_solver.solve(ext.data, solver_settings, x0=x0, state=state)
+        info = {"splitting": res.info.get("splitting"), "rho": res.info.get("rho"),
+                "polish": res.info.get("polish"),
+                "admm_primal_residual": res.info.get("admm_primal_residual"),
+                "constraint_violation": res.info.get("violation")}
+        for key in ("certificate", "reason"):
+            if key in res.info:
+                info["infeasibility_certificate" if key == "certificate" else key] = res.info[key]
         present = res.status in SOLUTION_PRESENT and res.x is not None
-        duals = _map_duals(ext, res.duals) if present else {}
-        primal = unstack(res.x, ext) if present else {}
-        return Outcome(status=res.status, primal=primal, objective=res.objective,
-                       iterations=res.iterations,
-                       solve_time=res.solve_time, setup_time=res.setup_time, extra=extra,
-                       duals=duals)
+        certified = present and bool(res.duals) and res.info.get("duals_certified", True)
+        return Outcome(status=res.status, primal=unstack(res.x, ext) if present else {},
+                       objective=res.objective, iterations=res.iterations,
+                       solve_time=res.solve_time, setup_time=res.setup_time,
+                       lower_bound=res.lower_bound, dual_residual=res.dual_residual,
+                       history=res.history, duals=_map_duals(ext, res.duals) if certified else {},
+                       duals_certified=certified, state=res.state or None,
+                       warm_started=x0 is not None or state is not None,
+                       reason=str(res.info.get("reason", "")), info=info)
 
 
 def _map_duals(ext: Extraction, duals: dict) -> dict[int, Any]:

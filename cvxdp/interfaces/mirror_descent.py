@@ -13,33 +13,40 @@ from ..solvers.result import SOLUTION_PRESENT
 from ..graphical_model import GraphicalModel
 from ..recognise.marginal_polytope import MarginalExtraction, estimate_total, recognise
 from .base import Outcome
+from .options import Option, OptionSet, Settings
 
 NAME = "CVXDP_MIRROR_DESCENT"
 
-EXTRA_OPTIONS = {
-    "algorithm": "'accelerated' (default: Algorithm 1's step from an extrapolated point, with "
-                 "restarts), 'mirror_descent' (Algorithm 1 with line search) or 'dual_averaging' "
-                 "(Algorithm 2, with the computed Lipschitz constant)",
-    "check_every": "iterations between certificate checks (one max-product pass each; default 10)",
-    "step": "initial mirror-descent step (default 1 / the Lipschitz bound)",
-    "polish": "active-set polish on the junction tree's local polytope for quadratic losses "
-              "(default True): exact optimum and a tight certificate once the zero cells are found",
-    "polish_start": "iteration of the first polish attempt (default 100; a failed attempt is "
-                    "retried at twice the iteration)",
-}
+OPTIONS = OptionSet.build(NAME, max_iters=md.MirrorSettings.max_iters,
+                          eps_abs=1e-6, eps_rel=md.MirrorSettings.eps_rel, own=[
+    Option("algorithm", "choice", md.MirrorSettings.algorithm,
+           "'accelerated' (Algorithm 1's step from an extrapolated point, with restarts), "
+           "'mirror_descent' (Algorithm 1 with line search) or 'dual_averaging' (Algorithm 2, "
+           "with the computed Lipschitz constant)", choices=md.ALGORITHMS),
+    Option("check_every", "integer", md.MirrorSettings.check_every,
+           "iterations between certificate checks (one max-product pass each)", low=1),
+    Option("step", "number", None, "initial mirror-descent step (default 1 / the Lipschitz "
+           "bound)", low=0, low_open=True, high=math.inf, high_open=True, nullable=True),
+    Option("polish", "bool", md.MirrorSettings.polish,
+           "exact polish on the junction tree's local polytope once the zero cells are found"),
+    Option("polish_start", "integer", md.MirrorSettings.polish_start,
+           "iteration of the first polish attempt (a failed attempt is retried at twice the "
+           "iteration)", low=0),
+])
 
 
 class MirrorDescentMethod:
     name = NAME
-    extra_options = EXTRA_OPTIONS
+    options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> MarginalExtraction:
         return recognise(problem)
 
-    def solve(self, problem: cp.Problem, ext: MarginalExtraction, opts: dict[str, Any]) -> Outcome:
+    def solve(self, problem: cp.Problem, ext: MarginalExtraction, settings: Settings, *,
+              cached: Any) -> Outcome:
         mp = ext.constraint
         total = mp.known_total()
-        extra: dict[str, Any] = {"method": "MIRROR_DESCENT"}
+        info: dict[str, Any] = {"algorithm": settings.algorithm}
         if total is None:
             est = estimate_total(ext.loss, ext.offsets)
             if est is None:
@@ -48,44 +55,41 @@ class MirrorDescentMethod:
                     "total (appendix E.1 needs a loss term whose rows sum a whole marginal); pass "
                     "total=<number of records>")
             total = max(est[0], 1e-12)
-            extra["total_estimate"] = total
-            extra["total_variance"] = est[1]
+            info["total_estimate"] = total
+            info["total_variance"] = est[1]
             mp.total_estimate = total
-        settings = md.MirrorSettings(
-            algorithm=opts.get("algorithm") or md.MirrorSettings.algorithm,
-            max_iters=int(opts.get("max_iters") or md.MirrorSettings.max_iters),
-            eps_abs=float(opts.get("eps_abs") or md.MirrorSettings.eps_abs),
-            eps_rel=float(opts.get("eps_rel") or md.MirrorSettings.eps_rel),
-            time_limit=float(opts.get("time_limit") or math.inf),
-            check_every=int(opts.get("check_every") or md.MirrorSettings.check_every),
-            step=opts.get("step"),
-            polish=bool(opts.get("polish", md.MirrorSettings.polish)),
-            polish_start=int(opts.get("polish_start", md.MirrorSettings.polish_start)),
-            verbose=bool(opts.get("verbose", False)),
-            callback=opts.get("callback"))
+        # The solver stops on gap <= eps_abs' + eps_rel' |L|; with both set to eps_rel / 2 and
+        # 0 <= L <= f (losses are non-negative) that implies (f - L) / max(1, |f|) <= eps_rel.
+        half = settings.eps_rel / 2
+        solver_settings = md.MirrorSettings(
+            algorithm=settings.algorithm, max_iters=settings.max_iters, eps_abs=half,
+            eps_rel=half, time_limit=settings.time_limit, check_every=settings.check_every,
+            step=settings.step, polish=settings.polish, polish_start=settings.polish_start,
+            verbose=settings.verbose, callback=settings.callback)
         problem_data = md.MarginalProblem(mp.tree, ext.loss, total)
         theta0 = step0 = None
-        cache = getattr(mp, "_md_state", None)
         # like cvxpy: clearing a variable's value (x.value = None) asks for a cold start
-        warm = opts.get("warm_start", True) and all(v.value is not None for v in ext.variables)
-        if warm and cache is not None and cache.get("n") == ext.loss.n \
-                and cache.get("algorithm") == settings.algorithm != "dual_averaging":
-            theta0, step0 = cache["theta"], cache.get("step")
-        res = md.solve(problem_data, settings, theta0=theta0, step0=step0)
-        mp._md_state = dict(res.state, n=ext.loss.n, algorithm=settings.algorithm)
-        extra.update(lower_bound=res.lower_bound, gap=res.gap, abs_gap=res.info["abs_gap"],
-                     algorithm=settings.algorithm, lipschitz=res.info["lipschitz"],
-                     polish=res.info["polish"], polished=res.info.get("clique_tables") is not None,
-                     junction_tree=mp.describe(), history=res.history)
+        warm = settings.warm_start and all(v.value is not None for v in ext.variables)
+        if warm and isinstance(cached, dict) and cached.get("n") == ext.loss.n \
+                and cached.get("algorithm") == settings.algorithm != "dual_averaging":
+            theta0, step0 = cached["theta"], cached.get("step")
+        res = md.solve(problem_data, solver_settings, theta0=theta0, step0=step0)
+        info.update(abs_gap=res.info["abs_gap"], lipschitz=res.info["lipschitz"],
+                    polish=res.info["polish"], polished=res.info.get("clique_tables") is not None,
+                    junction_tree=mp.describe())
         primal: dict[int, Any] = {}
         if res.status in SOLUTION_PRESENT and res.x is not None:
             for v, a, b in zip(ext.variables, ext.offsets[:-1], ext.offsets[1:]):
-                flat = res.x[a:b]
-                primal[v.id] = flat.reshape(v.shape) if v.ndim > 1 else flat.reshape(v.shape)
+                primal[v.id] = res.x[a:b].reshape(v.shape)
             if res.info.get("clique_tables") is not None:
-                mp.model = GraphicalModel.from_clique_tables(mp.domain, mp.tree, res.info["clique_tables"], total)
+                mp.model = GraphicalModel.from_clique_tables(mp.domain, mp.tree,
+                                                             res.info["clique_tables"], total)
             else:
-                mp.model = GraphicalModel(mp.domain, mp.tree, problem_data.split(res.info["theta"]), total)
+                mp.model = GraphicalModel(mp.domain, mp.tree, problem_data.split(res.info["theta"]),
+                                          total)
         return Outcome(status=res.status, primal=primal, objective=res.objective,
                        iterations=res.iterations, solve_time=res.solve_time,
-                       setup_time=res.setup_time, extra=extra)
+                       setup_time=res.setup_time, lower_bound=res.lower_bound,
+                       history=res.history, state=dict(res.state, n=ext.loss.n,
+                                                       algorithm=settings.algorithm),
+                       warm_started=theta0 is not None, info=info)
