@@ -36,7 +36,7 @@ def check_problem_data(problem: cp.Problem) -> None:
             if problem_text:
                 text = str(term)
                 text = text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
-                raise ValueError(f"cvxdp: {label} ({text}) has {what} {problem_text}; cvxdp "
+                raise ValueError(f"cvxdp: {label} ({text}) has {what} with {problem_text}; cvxdp "
                                  f"methods need finite real data")
 
 
