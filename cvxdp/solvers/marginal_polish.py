@@ -49,7 +49,7 @@ import qdldl
 from .junction_tree import JunctionTree, marginalizer
 from .marginal_loss import MarginalLoss
 
-__all__ = ["LocalPolytopeQP", "PolishResult", "MAX_POLISH_CELLS"]
+__all__ = ["LocalPolytopeQP", "PolishResult", "MAX_POLISH_CELLS", "local_polytope_matrices"]
 
 #: largest local polytope (junction-tree cells) the polish builds matrices for
 MAX_POLISH_CELLS = 2 ** 24
@@ -69,6 +69,37 @@ _STALL_ROUNDS = 6
 # -_S_TOL * max |lam| (the certificate, not these, decides optimality).
 _X_TOL = 1e-12
 _S_TOL = 1e-9
+
+
+def local_polytope_matrices(tree: JunctionTree):
+    """``(P, E, offsets)`` of the junction tree's local polytope over the flat vector ``x`` of
+    its clique tables (``tree.cliques`` order, each C order; clique ``i`` is
+    ``x[offsets[i]:offsets[i+1]]``): ``P x`` stacks the factor marginals (``tree.factors``, each
+    summed from its home clique), and ``E x = (0, ..., 0, N)`` says that every clique ``i`` in
+    ``tree.preorder[1:]`` agrees with its parent on their separator (rows: marginal of ``i``
+    minus marginal of the parent, separator cells in C order; one row for an empty separator)
+    and that the root sums to ``N`` (last row).  Raises ``ValueError`` above
+    :data:`MAX_POLISH_CELLS` cells."""
+    offsets = np.concatenate([[0], np.cumsum(tree.cells)]).astype(np.int64)
+    nx = int(offsets[-1])
+    if nx > MAX_POLISH_CELLS:
+        raise ValueError(f"local polytope: {nx:,} junction-tree cells, above {MAX_POLISH_CELLS:,}")
+
+    def block(i, M):                      # M acting on clique i's cells, as a row block
+        return sp.hstack([sp.csr_matrix((M.shape[0], int(offsets[i]))), M,
+                          sp.csr_matrix((M.shape[0], nx - int(offsets[i + 1])))])
+
+    P = [block(tree.home[k], marginalizer(tree.sizes, tree.cliques[tree.home[k]], f))
+         for k, f in enumerate(tree.factors)]
+    E = []
+    for i in tree.preorder[1:]:
+        p, sep = tree.parent[i], tree.separators[i]
+        E.append(block(i, marginalizer(tree.sizes, tree.cliques[i], sep))
+                 - block(p, marginalizer(tree.sizes, tree.cliques[p], sep)))
+    root = tree.preorder[0]
+    E.append(block(root, marginalizer(tree.sizes, tree.cliques[root], ())))
+    Pm = sp.vstack(P).tocsr() if P else sp.csr_matrix((0, nx))
+    return Pm, sp.vstack(E).tocsr(), offsets
 
 
 @dataclass
@@ -96,30 +127,13 @@ class LocalPolytopeQP:
             raise ValueError("LocalPolytopeQP: the polish needs a quadratic (all 'l2') loss")
         self.tree, self.total = tree, float(total)
         nc = len(tree.cliques)
-        self.offsets = np.concatenate([[0], np.cumsum(tree.cells)]).astype(np.int64)
+        self.P, E, self.offsets = local_polytope_matrices(tree)
         nx = int(self.offsets[-1])
-        if nx > MAX_POLISH_CELLS:
-            raise ValueError(f"LocalPolytopeQP: {nx:,} junction-tree cells, above {MAX_POLISH_CELLS:,}")
-
-        def block(i, M):                      # M acting on clique i's cells, as a row block
-            return sp.hstack([sp.csr_matrix((M.shape[0], int(self.offsets[i]))), M,
-                              sp.csr_matrix((M.shape[0], nx - int(self.offsets[i + 1])))])
-
-        P = [block(tree.home[k], marginalizer(tree.sizes, tree.cliques[tree.home[k]], f))
-             for k, f in enumerate(tree.factors)]
-        E = []
-        for i in tree.preorder[1:]:
-            p, sep = tree.parent[i], tree.separators[i]
-            E.append(block(i, marginalizer(tree.sizes, tree.cliques[i], sep))
-                     - block(p, marginalizer(tree.sizes, tree.cliques[p], sep)))
-        root = tree.preorder[0]
-        E.append(block(root, marginalizer(tree.sizes, tree.cliques[root], ())))
         self.n = loss.n
-        self.m = sum(b.shape[0] for b in E)
-        self.P = sp.vstack(P).tocsr() if P else sp.csr_matrix((0, nx))
+        self.m = E.shape[0]
         if self.P.shape[0] != self.n:
             raise ValueError(f"LocalPolytopeQP: the loss has {self.n} cells, the factors {self.P.shape[0]}")
-        self.D = sp.vstack([self.P] + E).tocsc()
+        self.D = sp.vstack([self.P, E]).tocsc()
         H = sp.csr_matrix((self.n, self.n))
         c = np.zeros(self.n)
         for t in loss.terms:

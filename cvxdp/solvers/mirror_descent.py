@@ -39,6 +39,25 @@ finds the active set by primal-dual active-set rounds and returns the exact opti
 max-product bound at that point is tight, and the run stops.  The polished point is kept only
 if its certified gap meets the tolerance (or the floor of double precision, then
 ``optimal_inaccurate``).
+
+L1 tail.  With L1 (Laplace) terms the Huber-smoothed mirror descent and its Frank-Wolfe bound
+close slowly (gaps of 1e-4 .. 1e-1 after thousands of iterations).  At iteration
+``polish_start`` (every algorithm) :mod:`cvxdp.solvers.marginal_lp` solves the problem exactly
+on the junction tree's local polytope instead: a linear program (HiGHS) for pure L1 losses, a
+diagonal-Hessian QP (a primal-dual interior point) for mixes of L1 and L2 terms.  Its L1
+multipliers, clipped into ``[-w, w]``, and the L2 gradient are the dual point of the
+max-product bound above, so the result is certified by the same bound as mirror descent's own
+iterates, never assumed.  The solve is tried once (it does not depend on the iterate);
+above :data:`cvxdp.solvers.marginal_lp.MAX_LP_SIZE` columns, or if it fails, mirror descent
+goes on and ends with its measured gap (``optimal_inaccurate`` when it misses ``eps``).
+
+``SolverResult.duals`` after an exact L1 solve (count units; see
+:mod:`cvxdp.solvers.marginal_lp`): ``"local_nonneg"`` the multipliers ``s >= 0`` of the
+junction-tree cells ``x >= 0`` (flat, ``tree.cliques`` order, C order within a clique),
+``"local_consistency"`` the multipliers ``nu`` of ``E x = e`` (separator rows of
+``tree.preorder[1:]``, child minus parent, then the total row), with ``s = P^T g - E^T nu``,
+and ``"loss"`` the loss duals ``lam_t`` of the terms, concatenated (``g = sum_t A_t^T lam_t``).
+Empty otherwise.
 """
 from __future__ import annotations
 
@@ -53,6 +72,7 @@ from . import result as R
 from ._table import IterationTable
 from .junction_tree import JunctionTree
 from .marginal_loss import MarginalLoss
+from .marginal_lp import LocalPolytopeLP, LPResult
 from .marginal_polish import MAX_POLISH_CELLS, LocalPolytopeQP, PolishResult
 
 __all__ = ["MirrorSettings", "MarginalProblem", "solve", "ALGORITHMS"]
@@ -75,6 +95,10 @@ _POLISH_THRESHOLD = 1e-6
 # and at least this many seconds (so a failing polish at most triples the run time).
 _POLISH_TIME_RATIO = 2.0
 _POLISH_MIN_SECONDS = 5.0
+# The exact L1 / mixed solve is tried once (it does not depend on the iterate, so a retry
+# would give the same answer) with at least this many seconds: mirror descent alone rarely
+# certifies an L1 optimum, so this is usually the only way to status optimal.
+_LP_MIN_SECONDS = 30.0
 
 
 @dataclass
@@ -90,8 +114,9 @@ class MirrorSettings:
     time_limit: float = math.inf
     check_every: int = 10
     step: float | None = None          # initial step; default 1 / Lipschitz bound
-    # active-set polish (quadratic losses, mirror_descent / accelerated): first attempt at
-    # this iteration, then at twice the iteration of each failed attempt
+    # polish (all algorithms but dual_averaging for quadratic losses; every algorithm for
+    # losses with L1 terms): first attempt at this iteration; the quadratic polish is
+    # retried at twice the iteration of each failed attempt, the exact L1 solve is tried once
     polish: bool = True
     polish_start: int = 100
     verbose: bool = False
@@ -191,11 +216,61 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
     def out_of_budget():
         return it >= s.max_iters or time.perf_counter() - t_start >= s.time_limit
 
-    polished: PolishResult | None = None
+    polished: PolishResult | LPResult | None = None
     qp: LocalPolytopeQP | None = None
-    polish_at = s.polish_start if (s.polish and loss.smooth and s.algorithm != "dual_averaging"
-                                   and sum(P.tree.cells) <= MAX_POLISH_CELLS) else None
+    if loss.smooth:
+        polish_at = s.polish_start if (s.polish and s.algorithm != "dual_averaging"
+                                       and sum(P.tree.cells) <= MAX_POLISH_CELLS) else None
+    else:
+        polish_at = s.polish_start if s.polish else None
     polish_log: list[dict] = []
+    duals: dict[str, np.ndarray] = {}
+
+    def try_lp_polish():
+        """The exact solve of an L1 / mixed loss (:mod:`cvxdp.solvers.marginal_lp`), once:
+        the status to stop with, or ``None`` (mirror descent goes on; a bound found is kept)."""
+        nonlocal best_lb, polished, mu, polish_at
+        polish_at = None
+        t0 = time.perf_counter()
+        budget = max(_LP_MIN_SECONDS, _POLISH_TIME_RATIO * (t0 - t_start))
+        entry = dict(iter=it, seconds=0.0, rounds=None, gap=None, kind="lp")
+        polish_log.append(entry)
+        try:
+            lp = LocalPolytopeLP(P.tree, loss, N)
+        except ValueError as exc:                      # above MAX_LP_SIZE
+            entry.update(seconds=time.perf_counter() - t0, skipped=str(exc))
+            table.footer(f"exact L1 solve skipped: {exc}; mirror descent continues")
+            return None
+        pol = lp.solve(deadline=min(t0 + budget, t_start + s.time_limit))
+        entry["seconds"] = time.perf_counter() - t0
+        if pol is None:
+            table.footer(f"exact L1 solve at iteration {it} failed ({entry['seconds']:.2f} s); "
+                         f"mirror descent continues")
+            return None
+        f_p = loss.value(pol.mu)
+        lb_p = P.lower_bound(pol.lams)
+        best_lb = max(best_lb, lb_p)
+        gap_p = f_p - best_lb
+        entry.update(rounds=pol.iterations, gap=gap_p / max(abs(f_p), 1e-300), method=pol.method,
+                     support=int(sum(int(np.count_nonzero(t)) for t in pol.x)),
+                     solver_bound=pol.dual_bound, certified_bound=lb_p, repaired=pol.repaired)
+        ok = converged(f_p, gap_p)
+        if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
+            table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: certified gap "
+                         f"{entry['gap']:.1e}; mirror descent continues")
+            return None
+        polished, mu = pol, pol.mu
+        duals.update(local_nonneg=pol.s, local_consistency=pol.nu,
+                     loss=np.concatenate(pol.lams) if pol.lams else np.zeros(0))
+        row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": entry["gap"]},
+                   time=time.perf_counter() - t_start)
+        history.append(dict(row, polished=True))
+        table.row(row)
+        table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: {pol.iterations} iterations, "
+                     f"{entry['seconds']:.2f} s, consistency residual {pol.residual:.1e}")
+        if s.callback is not None:
+            s.callback(dict(row, x=mu))
+        return R.OPTIMAL if ok else R.OPTIMAL_INACCURATE
 
     def try_polish(theta_now):
         """Active-set polish from the model at ``theta_now``: the status to stop with, or
@@ -250,7 +325,7 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                     status = R.OPTIMAL
                     break
                 if polish_at is not None and it >= polish_at:
-                    status = try_polish(theta)
+                    status = try_polish(theta) if loss.smooth else try_lp_polish()
                     if status is not None:
                         break
                 if tau > 0 and (f - best_lb) < 0.25 * gap:
@@ -306,6 +381,10 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                 if converged(f_exact, gap):
                     status = R.OPTIMAL
                     break
+                if polish_at is not None and it >= polish_at:    # L1 terms only (see above)
+                    status = try_lp_polish()
+                    if status is not None:
+                        break
                 if user_stop(row):
                     status = R.USER_LIMIT
                     break
@@ -331,7 +410,7 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                  f"{it} iterations, {time.perf_counter() - t_start:.2f} s")
     return R.SolverResult(
         x=mu, status=status, objective=f_final, lower_bound=best_lb,
-        gap=gap / max(abs(f_final), 1.0), iterations=it,
+        gap=gap / max(abs(f_final), 1.0), iterations=it, duals=duals,
         setup_time=setup_time, solve_time=time.perf_counter() - t_start - setup_time,
         history=history,
         primal_residual=0.0 if polished is None else polished.residual,

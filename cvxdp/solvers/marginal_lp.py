@@ -1,0 +1,343 @@
+"""Exact solve of L1 (Laplace) and mixed L1 + L2 marginal losses on the junction tree's local polytope.
+
+Entropic mirror descent (:mod:`cvxdp.solvers.mirror_descent`) on an L1 loss minimises a
+nonsmooth function whose optimum sits on a face of the polytope (the residuals that vanish,
+the cells that are empty): the Huber smoothing and the Frank-Wolfe bound both close slowly
+there.  For a triangulated model the marginal polytope *is* the junction tree's local
+polytope ``{x >= 0, E x = e}`` (clique tables ``x``, separator consistency and the total;
+Wainwright & Jordan 2008, prop. 2.1), so the problem is a finite convex program in ``x``:
+
+    minimize   sum_{L1 rows i} w_i |a_i^T P x - b_i|  +  sum_{L2 rows j} w_j/2 (a_j^T P x - b_j)^2
+    subject to E x = e,  x >= 0,
+
+with ``P`` the marginalisation of the clique tables onto the measured factors.  Splitting each
+L1 residual into ``p - q`` (``p, q >= 0``) and naming each L2 residual ``v`` (free) gives
+
+    minimize   w1^T (p + q) + 1/2 v^T W2 v
+    subject to A1 P x - p + q = b1,   A2 P x - v = b2,   E x = e,   x, p, q >= 0,
+
+a linear program when there is no L2 row.  It is solved in the units ``x = N u`` (total one).
+
+* **Pure L1: a linear program**, solved exactly by HiGHS (``scipy.optimize.linprog(method=
+  "highs")``, simplex or interior point with crossover), cold: the LP has no use for the
+  mirror-descent iterate, and HiGHS' presolve takes most of the model apart anyway.
+* **Mixed L1 + L2: a convex QP with a diagonal Hessian** (``W2`` on ``v``), solved by a
+  primal-dual interior-point method with Mehrotra's predictor-corrector (Nocedal & Wright,
+  2006, algorithm 16.4 for the QP), written here on numpy / scipy: each Newton step eliminates
+  the diagonal block, ``dz = D^{-1} (A^T dy + ...)`` with ``D = Q + Z^{-1} S``, and solves the
+  normal equations ``A D^{-1} A^T dy = ...`` (sparse, symmetric positive definite: every row of
+  the measurement blocks owns its own slack column and the rows of ``E`` are independent) with
+  a sparse LDL^T (QDLDL) plus a tiny regularisation and iterative refinement.  It converges to
+  a point of the optimal face to ~1e-10 relative, not to a vertex.
+
+Certificate.  Nothing above is trusted: the caller certifies the returned point with the max-product
+bound of :mod:`cvxdp.solvers.marginal_loss`.  The LP / QP multipliers ``y1`` of the L1 rows
+are the dual point of the L1 terms: with ``lam1 = -y1`` clipped to ``[-w1, w1]`` (dual
+feasibility of ``p`` and ``q`` says ``-w1 <= y1 <= w1``) and ``lam2 = W2 v`` the gradient of the
+L2 terms at the returned point, weak duality gives
+
+    L(mu) >= min_{mu' in M} <A1^T lam1 + A2^T lam2, mu'> - lam^T b - sum_j lam2_j^2 / (2 w_j),
+
+one max-product pass.  At an optimum of the local polytope the right-hand side equals the LP /
+QP dual objective (reduced costs ``s = P^T A^T lam - E^T nu >= 0`` vanish on the support), so
+the bound is tight up to the solver's tolerances; the LP's own dual objective is returned as
+well so that the two can be compared.
+
+Feasibility.  The solvers' points satisfy ``E x = e`` to their feasibility tolerance (1e-10 of
+the total is asked).  :func:`repair` then makes them exactly consistent (to roundoff) without
+leaving the polytope: negative entries are set to zero, the root is scaled to the total, and
+walking the tree from the root each clique is rescaled on each separator cell to its parent's
+marginal (a separator cell the child has no mass on gets the parent's mass spread evenly).
+The certificate is computed at the repaired point.
+
+Multipliers.  With ``lam`` as above and ``g = sum_t A_t^T lam_t`` (a subgradient of the loss
+at ``mu = P x``), the local-polytope multipliers returned satisfy, in count units,
+
+    s = P^T g - E^T nu >= 0,     s * x = 0,
+
+``nu`` one entry per row of ``E`` (:func:`cvxdp.solvers.marginal_polish.local_polytope_matrices`:
+separator rows child minus parent, last row the total) and ``s`` one per junction-tree cell.
+``nu[-1]`` is the derivative of the optimal loss with respect to the total.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+import qdldl
+
+from .junction_tree import JunctionTree
+from .marginal_loss import MarginalLoss
+from .marginal_polish import local_polytope_matrices
+
+__all__ = ["LocalPolytopeLP", "LPResult", "MAX_LP_SIZE", "repair"]
+
+#: largest program (junction-tree cells + L1 residual pairs + L2 residuals, i.e. LP columns)
+#: the exact polish builds; beyond it mirror descent goes on alone
+MAX_LP_SIZE = 2 ** 21
+# Feasibility / optimality tolerances asked of HiGHS (problem scaled to total 1).
+_HIGHS_TOL = 1e-10
+# Interior point: iterations, stopping tolerance (relative), step-to-boundary fraction,
+# regularisation of the normal equations (relative to their largest diagonal entry).
+_IPM_MAX_ITERS = 200
+_IPM_TOL = 1e-10
+# ... the looser one the best iterate of a stalled run is returned at (no new best for
+# _IPM_STALL iterations: the normal equations lose accuracy as the complementarity vanishes)
+_IPM_LOOSE_TOL = 1e-8
+_IPM_STALL = 5
+_IPM_STEP = 0.995
+_IPM_REG = 1e-14
+
+
+@dataclass
+class LPResult:
+    """The exact polish of an L1 / mixed loss.  ``x`` clique tables (counts, consistent to
+    roundoff), ``mu`` the loss's flat marginals ``P x``, ``lams`` one dual vector per loss term
+    (for :meth:`MarginalLoss.dual_constant`), ``nu`` / ``s`` the local-polytope multipliers
+    (module docstring), ``dual_bound`` the solver's own dual objective (loss units, not
+    certified here), ``method`` ``"highs"`` or ``"ipm"``, ``iterations`` the solver's,
+    ``residual`` the largest ``|E x - e|`` after :func:`repair` and ``repaired`` the largest
+    change it made (counts)."""
+
+    x: list[np.ndarray]
+    mu: np.ndarray
+    lams: list[np.ndarray]
+    nu: np.ndarray
+    s: np.ndarray
+    dual_bound: float
+    method: str
+    iterations: int
+    residual: float
+    repaired: float
+    info: dict = field(default_factory=dict)
+
+
+def repair(tree: JunctionTree, tables: list[np.ndarray], total: float) -> list[np.ndarray]:
+    """Nearly consistent clique tables -> exactly consistent, nonnegative ones summing to
+    ``total`` (module docstring).  Fresh arrays; the inputs are not modified."""
+    out = [np.maximum(np.asarray(t, dtype=float), 0.0) for t in tables]
+    root = tree.preorder[0]
+    s = float(out[root].sum())
+    out[root] = out[root] * (total / s) if s > 0 else np.full(out[root].shape, total / out[root].size)
+    for i in tree.preorder[1:]:
+        p = tree.parent[i]
+        # separator marginals, broadcast into the child's axes
+        want = out[p].sum(axis=tree._sep_axes[i]) if tree._sep_axes[i] else out[p]
+        have = out[i].sum(axis=tree._own_axes[i]) if tree._own_axes[i] else out[i]
+        # align the parent's separator marginal with the child's axis order (both sorted)
+        want = np.asarray(want).reshape(tree._sep_shape_in[i])
+        have = np.asarray(have).reshape(tree._sep_shape_in[i])
+        own = math.prod(tree.sizes[a] for a in tree.cliques[i] if a not in tree.separators[i])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(have > 0, want / np.where(have > 0, have, 1.0), 0.0)
+        fill = np.where(have > 0, 0.0, want / own)
+        out[i] = out[i] * ratio + fill
+    return out
+
+
+class LocalPolytopeLP:
+    """The program of the module docstring for a junction tree and a loss with L1 terms.
+
+    ``loss`` acts on the stacked factor marginals (``tree.factors``, C order), as in
+    :class:`cvxdp.solvers.mirror_descent.MarginalProblem`.  Raises ``ValueError`` for a loss
+    without L1 terms (use :class:`cvxdp.solvers.marginal_polish.LocalPolytopeQP`) or a program
+    above :data:`MAX_LP_SIZE` columns.
+    """
+
+    def __init__(self, tree: JunctionTree, loss: MarginalLoss, total: float) -> None:
+        if loss.smooth:
+            raise ValueError("LocalPolytopeLP: the loss has no L1 term (the QP polish covers it)")
+        self.tree, self.loss, self.total = tree, loss, float(total)
+        n1 = sum(t.b.size for t in loss.terms if t.kind == "l1")
+        n2 = sum(int(np.count_nonzero(t.w)) for t in loss.terms if t.kind == "l2")
+        ncells = int(sum(tree.cells))
+        size = ncells + 2 * n1 + n2
+        if size > MAX_LP_SIZE:
+            raise ValueError(f"LocalPolytopeLP: {size:,} columns, above {MAX_LP_SIZE:,}")
+        self.P, self.E, self.offsets = local_polytope_matrices(tree)
+        if self.P.shape[0] != loss.n:
+            raise ValueError(f"LocalPolytopeLP: the loss has {loss.n} cells, the factors {self.P.shape[0]}")
+        self.nx, self.n1, self.n2, self.m = ncells, n1, n2, self.E.shape[0]
+        self.pure = n2 == 0
+        N = self.total
+        rows1, b1, w1, rows2, b2, w2 = [], [], [], [], [], []
+        self._keep2 = []                              # rows of each l2 term with w > 0
+        for t in loss.terms:
+            A = sp.identity(loss.n, format="csr")[t.A] if isinstance(t.A, slice) else t.A
+            AP = (A @ self.P).tocsr()
+            if t.kind == "l1":
+                rows1.append(AP)
+                b1.append(t.b / N)
+                w1.append(t.w)
+            else:
+                keep = np.flatnonzero(t.w > 0)
+                self._keep2.append(keep)
+                rows2.append(AP[keep])
+                b2.append(t.b[keep] / N)
+                w2.append(t.w[keep] * N)              # (N w/2) r~^2 per unit of N
+        A1 = sp.vstack(rows1).tocsr() if rows1 else sp.csr_matrix((0, ncells))
+        A2 = sp.vstack(rows2).tocsr() if rows2 else sp.csr_matrix((0, ncells))
+        w1 = np.concatenate(w1) if w1 else np.zeros(0)
+        w2 = np.concatenate(w2) if w2 else np.zeros(0)
+        # objective scale: the largest weight becomes one
+        self.scale = max(float(w1.max(initial=0.0)), float(w2.max(initial=0.0)), 1e-300)
+        I1, I2 = sp.identity(n1, format="csr"), sp.identity(n2, format="csr")
+        Z = sp.csr_matrix
+        self.A = sp.bmat([[A1, -I1, I1, Z((n1, n2))],
+                          [A2, Z((n2, n1)), Z((n2, n1)), -I2],
+                          [self.E, Z((self.m, n1)), Z((self.m, n1)), Z((self.m, n2))]], format="csr")
+        e = np.zeros(self.m)
+        e[-1] = 1.0
+        self.b = np.concatenate(b1 + b2 + [e]) if (b1 or b2) else e
+        self.c = np.concatenate([np.zeros(ncells), w1, w1, np.zeros(n2)]) / self.scale
+        self.q = np.concatenate([np.zeros(ncells + 2 * n1), w2 / self.scale])
+        self.bounded = np.concatenate([np.ones(ncells + 2 * n1, bool), np.zeros(n2, bool)])
+        self.w1 = w1
+
+    # ------------------------------------------------------------------ solvers
+    def _highs(self, time_limit: float):
+        opts = dict(primal_feasibility_tolerance=_HIGHS_TOL, dual_feasibility_tolerance=_HIGHS_TOL)
+        if math.isfinite(time_limit):
+            opts["time_limit"] = max(float(time_limit), 0.01)
+        res = linprog(self.c, A_eq=self.A.tocsc(), b_eq=self.b, bounds=(0, None), method="highs",
+                      options=opts)
+        if res.status != 0 or res.x is None:
+            return None
+        return res.x, np.asarray(res.eqlin.marginals), int(getattr(res, "nit", 0) or 0)
+
+    def _ipm(self, deadline: float):
+        """Mehrotra predictor-corrector for ``min c^T z + 1/2 z^T diag(q) z, A z = b,
+        z_B >= 0`` (``z`` free off ``B``, where ``q > 0``).  Returns ``(z, y, iterations)`` or
+        ``None`` when it does not converge."""
+        A, b, c, q, B = self.A.tocsr(), self.b, self.c, self.q, self.bounded
+        AT = A.T.tocsr()
+        nz, m = A.shape[1], A.shape[0]
+        # start: uniform clique tables (consistent, total one), residual splits a margin apart
+        z = np.zeros(nz)
+        for i, (a, bb) in enumerate(zip(self.offsets[:-1], self.offsets[1:])):
+            z[a:bb] = 1.0 / (bb - a)
+        n1, n2, nx = self.n1, self.n2, self.nx
+        r0 = A[:n1 + n2] @ z                           # measurement rows (slacks still zero)
+        r1 = r0[:n1] - b[:n1]
+        margin = max(float(np.abs(r1).max(initial=0.0)), 1.0 / max(nx, 1))
+        z[nx:nx + n1] = np.maximum(r1, 0.0) + margin
+        z[nx + n1:nx + 2 * n1] = np.maximum(-r1, 0.0) + margin
+        z[nx + 2 * n1:] = r0[n1:] - b[n1:n1 + n2]
+        s = np.where(B, 1.0, 0.0)
+        y = np.zeros(m)
+        nb = int(B.sum())
+        bnorm, cnorm = 1.0 + float(np.abs(b).max(initial=0.0)), 1.0 + float(np.abs(c).max(initial=0.0))
+        ones_B = B.astype(float)
+
+        def step_len(v, dv):
+            neg = B & (dv < 0)
+            return min(1.0, float(np.min(-v[neg] / dv[neg]))) if neg.any() else 1.0
+
+        def accuracy():
+            rp = b - A @ z
+            rd = c + q * z - AT @ y - s
+            pobj = float(np.dot(c, z) + 0.5 * np.dot(q * z, z))
+            dobj = float(np.dot(b, y) - 0.5 * np.dot(q * z, z))
+            return rp, rd, max(float(np.abs(rp).max(initial=0.0)) / bnorm,
+                               float(np.abs(rd).max(initial=0.0)) / cnorm,
+                               abs(pobj - dobj) / (1.0 + abs(pobj)))
+
+        it, best, best_it = 0, (math.inf, None, None), 0
+        for it in range(1, _IPM_MAX_ITERS + 1):
+            rp, rd, acc = accuracy()
+            mu = float(np.dot(z[B], s[B])) / max(nb, 1)
+            if acc <= _IPM_TOL:
+                return z, y, it
+            if acc < best[0]:
+                best, best_it = (acc, z.copy(), y.copy()), it
+            elif it - best_it >= _IPM_STALL:
+                break
+            if time.perf_counter() > deadline:
+                return None
+            zb = np.where(B, z, 1.0)
+            dinv = 1.0 / (q + np.where(B, s / zb, 0.0))
+            M = (A @ sp.diags(dinv) @ AT).tocsc()
+            reg = _IPM_REG * max(float(M.diagonal().max(initial=0.0)), 1e-300)
+            Mr = (M + reg * sp.identity(m, format="csc")).tocsc()
+            try:
+                fac = qdldl.Solver(Mr)
+            except (RuntimeError, ValueError):
+                return None
+
+            def solve(rc):
+                # (Q + Z^-1 S) dz - A^T dy = -rd + Z^-1 rc,  A dz = rp
+                h = dinv * (-rd + np.where(B, rc / zb, 0.0))
+                rhs = rp - A @ h
+                dy = fac.solve(rhs)
+                for _ in range(3):                     # refinement against the unregularised M
+                    res = rhs - M @ dy
+                    if np.abs(res).max(initial=0.0) <= 1e-15 * (1.0 + np.abs(rhs).max(initial=0.0)):
+                        break
+                    dy = dy + fac.solve(res)
+                dz = h + dinv * (AT @ dy)
+                ds = np.where(B, (rc - s * dz) / zb, 0.0)
+                return dz, dy, ds
+
+            dz, dy, ds = solve(-z * s * ones_B)
+            ap, ad = step_len(z, dz), step_len(s, ds)
+            mu_aff = float(np.dot((z + ap * dz)[B], (s + ad * ds)[B])) / max(nb, 1)
+            sigma = (mu_aff / mu) ** 3 if mu > 0 else 0.0
+            rc = (sigma * mu - z * s - dz * ds) * ones_B
+            dz, dy, ds = solve(rc)
+            ap, ad = _IPM_STEP * step_len(z, dz), _IPM_STEP * step_len(s, ds)
+            if q.any():                                # a QP: one step length for both
+                ap = ad = min(ap, ad)
+            if not (np.all(np.isfinite(dz)) and np.all(np.isfinite(dy)) and np.all(np.isfinite(ds))):
+                break
+            z = z + ap * dz
+            y = y + ad * dy
+            s = s + ad * ds
+            if max(ap, ad) < 1e-10:                    # stalled at roundoff
+                break
+        _, _, acc = accuracy()
+        if acc < best[0]:
+            best = (acc, z, y)
+        return (best[1], best[2], it) if best[0] <= _IPM_LOOSE_TOL else None
+
+    def solve(self, *, method: str = "auto", deadline: float = math.inf) -> LPResult | None:
+        """Solve (``method`` ``"auto"``: HiGHS for a pure L1 loss, the interior point otherwise;
+        ``"highs"`` needs a pure L1 loss; ``"ipm"`` takes either).  ``None`` if the solver fails
+        or runs past ``deadline`` (``time.perf_counter()`` clock)."""
+        if method == "auto":
+            method = "highs" if self.pure else "ipm"
+        if method == "highs" and not self.pure:
+            raise ValueError("LocalPolytopeLP: HiGHS through scipy solves LPs only (the loss has L2 terms)")
+        if method not in ("highs", "ipm"):
+            raise ValueError(f"method must be 'auto', 'highs' or 'ipm', got {method!r}")
+        out = self._highs(deadline - time.perf_counter()) if method == "highs" else self._ipm(deadline)
+        if out is None:
+            return None
+        z, y, iters = out
+        N, nx, n1 = self.total, self.nx, self.n1
+        u = z[:nx]
+        raw = [u[a:b].reshape(sh) * N for a, b, sh in zip(self.offsets[:-1], self.offsets[1:], self.tree.shapes)]
+        tables = repair(self.tree, raw, N)
+        x = np.concatenate([t.ravel() for t in tables])
+        repaired = float(np.abs(x - u * N).max(initial=0.0))
+        mu = self.P @ x
+        resid = float(np.abs(self.E @ x - N * self.b[-self.m:]).max(initial=0.0))
+        # loss duals: lam1 = -scale y1 (clipped into the conjugate's domain), lam2 = W r
+        lams, k1 = [], 0
+        for t in self.loss.terms:
+            if t.kind == "l1":
+                lam = np.clip(-self.scale * y[k1:k1 + t.b.size], -t.w, t.w)
+                k1 += t.b.size
+            else:
+                lam = t.w * t.apply(mu)
+            lams.append(lam)
+        nu = self.scale * y[n1 + self.n2:]
+        g = self.loss.adjoint(lams)
+        s = self.P.T @ g - self.E.T @ nu
+        # the solver's own dual objective, in loss units (scaled problem times N * scale)
+        z_obj = float(np.dot(self.b, y) - 0.5 * np.dot(self.q * z, z)) * N * self.scale + self.loss.constant
+        return LPResult(x=tables, mu=mu, lams=lams, nu=nu, s=s, dual_bound=z_obj, method=method,
+                        iterations=iters, residual=resid, repaired=repaired)
