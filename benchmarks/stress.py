@@ -1,0 +1,307 @@
+"""Thousands of random and degenerate instances of every family against standard solvers.
+
+For each instance the cvxdp method and a reference (Clarabel at tight tolerances, SCS where
+Clarabel cannot) solve the same cvxpy model; the run counts, per family and kind:
+
+* ``false_optimal``: status ``optimal`` with a point violating a constraint by more than
+  ``eps_abs`` (plus the rounding floor), or an objective more than ``eps_rel`` (relative,
+  ``max(1, |f|)``) above the reference's;
+* ``missed_infeasible`` / ``false_infeasible``: the two disagree about feasibility;
+* ``nan``: a NaN or inf result with no error; ``crash``: an exception other than a clear
+  ``ValueError``; ``refused``: a ``ValueError`` on valid data;
+* ``inaccurate``: honest non-optimal statuses (not failures, but counted).
+
+Only the public API is used, so the same script measures any version of cvxdp.
+
+    python benchmarks/stress.py --per-kind 200          # ~thousands of instances
+    python benchmarks/stress.py --per-kind 10 --family admm
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import sys
+import time
+import traceback
+import warnings
+import zlib
+
+import numpy as np
+import scipy.sparse as sp
+import cvxpy as cp
+
+import cvxdp
+
+EPS_ABS, EPS_REL = 1e-6, 1e-6
+ROUNDING = 1e-12            # the rounding floor of a violation, relative to its terms
+REF_SLACK = 1e-7            # the reference's own relative accuracy
+CLARABEL = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=500)
+
+
+# --------------------------------------------------------------------------- instances
+def _loss(kind, r, w):
+    if kind == "l1":
+        return cp.norm1(cp.multiply(w, r))
+    if kind == "l2":
+        return cp.sum_squares(cp.multiply(w, r))
+    return 0.9 * cp.norm1(cp.multiply(w, r)) + 0.1 * cp.sum_squares(cp.multiply(w, r))
+
+
+def admm_tiny(rng):
+    n = int(rng.integers(1, 4))
+    x = cp.Variable(n)
+    y = rng.normal(0, 3, n)
+    w = rng.uniform(0.5, 2, n)
+    cons = []
+    if rng.random() < 0.7:
+        cons.append(x >= 0)
+    if rng.random() < 0.4:
+        cons.append(cp.sum(x) == float(rng.uniform(0, 5)))
+    if rng.random() < 0.3:
+        cons.append(x <= rng.uniform(1, 4, n))
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), x - y, w)), cons)
+
+
+def admm_tree(rng):
+    leaves = int(rng.integers(2, 6))
+    tree = cvxdp.workloads.hierarchy(leaves, int(rng.integers(2, 4)))
+    x = cp.Variable(tree.n_nodes)
+    y = tree.queries @ rng.poisson(3, leaves).astype(float) + rng.laplace(0, 1, tree.n_nodes)
+    w = np.full(tree.n_nodes, float(rng.uniform(0.2, 3)))
+    cons = [cvxdp.consistent(tree, x)] + ([x >= 0] if rng.random() < 0.8 else [])
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), x - y, w)), cons)
+
+
+def admm_order(rng):
+    n = int(rng.integers(2, 9))
+    x = cp.Variable(n)
+    y = np.sort(rng.poisson(4, n).astype(float)) + rng.laplace(0, 2, n)
+    cons = [cvxdp.ordered(x)] + ([x >= 0] if rng.random() < 0.6 else [])
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), x - y, np.ones(n))), cons)
+
+
+def admm_rank_deficient(rng):
+    n = int(rng.integers(2, 8))
+    k = int(rng.integers(1, n + 1))
+    A = rng.integers(0, 2, (k, n)).astype(float)
+    A = np.vstack([A, A[: int(rng.integers(1, k + 1))]])          # duplicate rows
+    x0 = rng.uniform(0, 5, n)
+    x = cp.Variable(n)
+    y = x0 + rng.laplace(0, 1, n)
+    cons = [A @ x == A @ x0] + ([x >= 0] if rng.random() < 0.7 else [])
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), x - y, np.ones(n))), cons)
+
+
+def admm_contradiction(rng):
+    n = int(rng.integers(2, 7))
+    x = cp.Variable(n)
+    y = rng.normal(0, 2, n)
+    a = rng.integers(0, 2, n).astype(float)
+    a[int(rng.integers(n))] = 1.0
+    if rng.random() < 0.5:               # the same row with two right-hand sides
+        cons = [a @ x == 1.0, a @ x == 2.0 + rng.uniform()]
+    else:                                 # a negative total of non-negative counts
+        cons = [x >= 0, a @ x == -1.0 - rng.uniform()]
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2"]), x - y, np.ones(n))), cons)
+
+
+def admm_scales(rng):
+    scale = float(10.0 ** rng.choice([-4, -2, 0, 3, 6, 9]))
+    tree = cvxdp.workloads.hierarchy(int(rng.integers(2, 9)), 2)
+    counts = rng.poisson(5, tree.n_leaves) * max(1.0, scale)
+    b = float(10.0 ** rng.choice([-4, -1, 0, 2])) * max(1.0, scale) ** 0.5
+    noise = rng.choice(["laplace", "gaussian"])
+    m = cvxdp.mechanisms.laplace(tree.queries, counts, epsilon=1.0 / b, rng=rng) \
+        if noise == "laplace" else cvxdp.Measurement(tree.queries, tree.queries @ counts
+                                                     + rng.normal(0, b, tree.n_nodes), "gaussian", b)
+    x = cp.Variable(tree.n_nodes)
+    q = cvxdp.nll(cvxdp.Measurement(sp.identity(tree.n_nodes), m.answers, m.noise, m.scale), x)
+    return cp.Problem(cp.Minimize(q), [cvxdp.consistent(tree, x), x >= 0])
+
+
+def admm_leaf_measured(rng):
+    tree = cvxdp.workloads.hierarchy(2 ** int(rng.integers(2, 6)), 2)
+    counts = rng.poisson(4, tree.n_leaves).astype(float)
+    m = cvxdp.mechanisms.laplace(tree.queries, counts, epsilon=1.0, rng=rng)
+    x = cp.Variable(tree.n_leaves)
+    return cp.Problem(cp.Minimize(cvxdp.nll(m, x)), [x >= 0])
+
+
+ADMM_KINDS = {"tiny": admm_tiny, "tree": admm_tree, "order": admm_order,
+              "rank_deficient": admm_rank_deficient, "contradiction": admm_contradiction,
+              "scales": admm_scales, "leaf_measured": admm_leaf_measured}
+
+
+def md_instance(rng, loss="random", sparse=False, exact=False):
+    k = int(rng.integers(2, 5))
+    sizes = [int(rng.integers(2, 4)) for _ in range(k)]
+    names = [f"a{i}" for i in range(k)]
+    dom = cvxdp.Domain(dict(zip(names, sizes)))
+    n_rec = int(rng.integers(20, 200))
+    data = np.column_stack([rng.integers(0, s, n_rec) if not sparse
+                            else np.minimum(rng.geometric(0.7, n_rec) - 1, s - 1) for s in sizes])
+    cliques = [(names[i], names[i + 1]) for i in range(k - 1)]
+    if k >= 3 and rng.random() < 0.3:
+        cliques.append((names[0],))
+    mus = {c: cp.Variable(dom.shape(c)) for c in cliques}
+    terms = []
+    for c in cliques:
+        t = dom.count(data, c)
+        kind = rng.choice(["l1", "l2"]) if loss == "random" else loss
+        sigma = float(rng.uniform(0.5, 3))
+        y = t if exact else t + (rng.laplace(0, sigma, t.shape) if kind == "l1"
+                                  else rng.normal(0, sigma, t.shape))
+        terms.append(cp.norm1(mus[c] - y) / sigma if kind == "l1"
+                     else cp.sum_squares(mus[c] - y) / (2 * sigma ** 2))
+    return cp.Problem(cp.Minimize(cp.sum(terms)),
+                      [cvxdp.MarginalPolytope(mus, dom, total=float(n_rec))])
+
+
+MD_KINDS = {"l2": lambda r: md_instance(r, "l2"), "l1": lambda r: md_instance(r, "l1"),
+            "mixed": lambda r: md_instance(r), "sparse": lambda r: md_instance(r, sparse=True),
+            "exact": lambda r: md_instance(r, exact=True)}
+
+
+def _ranges(rng, d, m):
+    W = np.zeros((m, d))
+    for i in range(m):
+        a, b = sorted(rng.integers(0, d, 2))
+        W[i, a:b + 1] = 1.0
+    return W
+
+
+def nc_instance(rng, kind):
+    d = int(rng.integers(1, 9)) if kind != "d1" else 1
+    if kind in ("ranges", "d1"):
+        W = _ranges(rng, d, int(rng.integers(1, 2 * d + 2)))
+    elif kind == "duplicates":
+        W = _ranges(rng, d, int(rng.integers(1, d + 2)))
+        W = np.vstack([W, W[: int(rng.integers(1, W.shape[0] + 1))]])
+    elif kind == "zero_rows":
+        W = np.vstack([_ranges(rng, d, int(rng.integers(1, d + 2))), np.zeros((2, d))])
+    elif kind == "single":
+        W = _ranges(rng, d, 1)
+    else:                                   # "dense": random real workloads
+        W = rng.normal(size=(int(rng.integers(1, d + 3)), d))
+    c = float(10.0 ** rng.uniform(-4, 6)) * rng.uniform(1, 4, W.shape[0])
+    if rng.random() < 0.25:
+        return cvxdp.fitness_problem(W, c, privacy_bound=float(rng.uniform(0.5, 4))).problem
+    return cvxdp.fitness_problem(W, c).problem
+
+
+NC_KINDS = {k: (lambda kk: (lambda r: nc_instance(r, kk)))(k)
+            for k in ("ranges", "duplicates", "zero_rows", "single", "d1", "dense")}
+
+FAMILIES = {"admm": (cvxdp.ADMM, ADMM_KINDS), "mirror_descent": (cvxdp.MIRROR_DESCENT, MD_KINDS),
+            "newton_cg": (cvxdp.NEWTON_CG, NC_KINDS)}
+
+
+# --------------------------------------------------------------------------- checks
+def reference(prob: cp.Problem) -> tuple[str, float]:
+    for solver, opts in ((cp.CLARABEL, CLARABEL), (cp.SCS, dict(eps=1e-9, max_iters=100000))):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prob.solve(solver=solver, **opts)
+        except cp.error.SolverError:
+            continue
+        if prob.status in (cp.OPTIMAL, cp.INFEASIBLE):
+            return prob.status, prob.value
+    return "none", math.nan
+
+
+def violation(prob: cp.Problem) -> float:
+    """Largest violation beyond the rounding floor, measured independently of cvxdp."""
+    worst = 0.0
+    for c in prob.constraints:
+        v = float(np.max(np.atleast_1d(c.violation())))
+        mag = max((float(np.max(np.abs(np.asarray(a.value, dtype=float)), initial=0.0))
+                   for a in c.args if a.value is not None), default=0.0)
+        worst = max(worst, v - ROUNDING * mag)
+    for var in prob.variables():
+        if any(var.attributes.get(k) for k in ("nonneg", "PSD")):
+            val = np.asarray(var.value, dtype=float)
+            worst = max(worst, float(np.max(np.abs(var.project(val) - val))))
+    return worst
+
+
+def judge(method: str, prob: cp.Problem) -> tuple[str, str]:
+    """``(outcome, detail)`` for one instance."""
+    ref_status, ref_val = reference(prob)
+    if ref_status == "none":
+        return "no_reference", ""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            val = prob.solve(method="cvxdp", solver=method, eps_abs=EPS_ABS, eps_rel=EPS_REL)
+    except (ValueError, cvxdp.NotRecognised) as exc:
+        return "refused", str(exc).splitlines()[0][:120]
+    except cp.error.SolverError as exc:
+        return "solver_error", str(exc)[:120]
+    except Exception as exc:                                # noqa: BLE001 - counted, not hidden
+        return "crash", f"{type(exc).__name__}: {exc}"[:160] + " @ " + \
+            traceback.extract_tb(exc.__traceback__)[-1].filename.split("/")[-1]
+    status = prob.status
+    if ref_status == cp.INFEASIBLE:
+        return ("ok", "") if status == cp.INFEASIBLE else ("missed_infeasible", status)
+    if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        return "false_infeasible", f"reference {ref_val:.6g}"
+    if val is None or not np.isfinite(val):
+        return "nan", f"status {status} value {val}"
+    if status != cp.OPTIMAL:
+        return "inaccurate", status
+    viol = violation(prob)
+    rel = (val - ref_val) / max(1.0, abs(ref_val))
+    if viol > EPS_ABS or rel > EPS_REL + REF_SLACK:
+        return "false_optimal", f"violation {viol:.2e}, objective {val:.8g} vs {ref_val:.8g}"
+    return "ok", ""
+
+
+def run(families, per_kind: int, seed: int, show: int) -> int:
+    failures = 0
+    print(f"cvxdp {cvxdp.__version__} stress: {per_kind} instances per kind, seed {seed}")
+    print(f"{'family':<15} {'kind':<15} {'n':>5} {'ok':>5} {'inacc':>6} {'noref':>6} "
+          f"{'FALSE_OPT':>9} {'MISS_INF':>8} {'FALSE_INF':>9} {'NAN':>4} {'CRASH':>5} "
+          f"{'REFUSED':>7} {'SOLVER_ERR':>10} {'time':>7}")
+    for fam in families:
+        method, kinds = FAMILIES[fam]
+        for kind, build in kinds.items():
+            rng = np.random.default_rng([seed, zlib.crc32(fam.encode()), zlib.crc32(kind.encode())])
+            counts = collections.Counter()
+            examples = collections.defaultdict(list)
+            t0 = time.perf_counter()
+            for _ in range(per_kind):
+                prob = build(rng)
+                outcome, detail = judge(method, prob)
+                counts[outcome] += 1
+                if outcome not in ("ok", "inaccurate", "no_reference") and len(examples[outcome]) < show:
+                    examples[outcome].append(detail)
+            bad = sum(counts[k] for k in ("false_optimal", "missed_infeasible", "false_infeasible",
+                                          "nan", "crash", "refused", "solver_error"))
+            failures += bad
+            print(f"{fam:<15} {kind:<15} {per_kind:>5} {counts['ok']:>5} {counts['inaccurate']:>6} "
+                  f"{counts['no_reference']:>6} {counts['false_optimal']:>9} "
+                  f"{counts['missed_infeasible']:>8} {counts['false_infeasible']:>9} "
+                  f"{counts['nan']:>4} {counts['crash']:>5} {counts['refused']:>7} "
+                  f"{counts['solver_error']:>10} {time.perf_counter() - t0:>6.1f}s", flush=True)
+            for k, ex in examples.items():
+                for e in ex:
+                    print(f"    {k}: {e}")
+    print(f"failures: {failures}")
+    return failures
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-kind", type=int, default=100)
+    ap.add_argument("--family", choices=sorted(FAMILIES), action="append")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--show", type=int, default=2, help="examples of each failure shown per kind")
+    args = ap.parse_args(argv)
+    fams = args.family or list(FAMILIES)
+    return 1 if run(fams, args.per_kind, args.seed, args.show) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
