@@ -89,6 +89,8 @@ _IPM_TOL = 1e-10
 # _IPM_STALL iterations: the normal equations lose accuracy as the complementarity vanishes)
 _IPM_LOOSE_TOL = 1e-8
 _IPM_STALL = 5
+# cells below this fraction of the total in an interior-point solution are set to zero
+_IPM_ZERO = 1e-12
 _IPM_STEP = 0.995
 _IPM_REG = 1e-14
 
@@ -99,7 +101,8 @@ class LPResult:
     roundoff), ``mu`` the loss's flat marginals ``P x``, ``lams`` one dual vector per loss term
     (for :meth:`MarginalLoss.dual_constant`), ``nu`` / ``s`` the local-polytope multipliers
     (module docstring), ``dual_bound`` the solver's own dual objective (loss units, not
-    certified here), ``method`` ``"highs"`` or ``"ipm"``, ``iterations`` the solver's,
+    certified here), ``alt_lams`` (mixed losses) a second dual point, the solver's own L2
+    multipliers in place of the gradient (the caller keeps the better bound), ``method`` ``"highs"`` or ``"ipm"``, ``iterations`` the solver's,
     ``residual`` the largest ``|E x - e|`` after :func:`repair` and ``repaired`` the largest
     change it made (counts)."""
 
@@ -113,6 +116,7 @@ class LPResult:
     iterations: int
     residual: float
     repaired: float
+    alt_lams: list[np.ndarray] | None = None
     info: dict = field(default_factory=dict)
 
 
@@ -165,17 +169,18 @@ class LocalPolytopeLP:
         self.pure = n2 == 0
         N = self.total
         rows1, b1, w1, rows2, b2, w2 = [], [], [], [], [], []
-        self._keep2 = []                              # rows of each l2 term with w > 0
+        self._term_keep = []                          # per term: the l2 rows with w > 0
         for t in loss.terms:
             A = sp.identity(loss.n, format="csr")[t.A] if isinstance(t.A, slice) else t.A
             AP = (A @ self.P).tocsr()
             if t.kind == "l1":
+                self._term_keep.append(None)
                 rows1.append(AP)
                 b1.append(t.b / N)
                 w1.append(t.w)
             else:
                 keep = np.flatnonzero(t.w > 0)
-                self._keep2.append(keep)
+                self._term_keep.append(keep)
                 rows2.append(AP[keep])
                 b2.append(t.b[keep] / N)
                 w2.append(t.w[keep] * N)              # (N w/2) r~^2 per unit of N
@@ -232,6 +237,7 @@ class LocalPolytopeLP:
         nb = int(B.sum())
         bnorm, cnorm = 1.0 + float(np.abs(b).max(initial=0.0)), 1.0 + float(np.abs(c).max(initial=0.0))
         ones_B = B.astype(float)
+        K = self.total * self.scale                    # loss units per unit of the objective
 
         def step_len(v, dv):
             neg = B & (dv < 0)
@@ -242,9 +248,11 @@ class LocalPolytopeLP:
             rd = c + q * z - AT @ y - s
             pobj = float(np.dot(c, z) + 0.5 * np.dot(q * z, z))
             dobj = float(np.dot(b, y) - 0.5 * np.dot(q * z, z))
+            # the gap relative to the objective, which is tiny in these units (loss / K):
+            # one loss unit is the floor, as in the certificate's max(1, |f|)
             return rp, rd, max(float(np.abs(rp).max(initial=0.0)) / bnorm,
                                float(np.abs(rd).max(initial=0.0)) / cnorm,
-                               abs(pobj - dobj) / (1.0 + abs(pobj)))
+                               abs(pobj - dobj) / max(abs(pobj), 1.0 / K))
 
         it, best, best_it = 0, (math.inf, None, None), 0
         for it in range(1, _IPM_MAX_ITERS + 1):
@@ -314,30 +322,42 @@ class LocalPolytopeLP:
         if method not in ("highs", "ipm"):
             raise ValueError(f"method must be 'auto', 'highs' or 'ipm', got {method!r}")
         out = self._highs(deadline - time.perf_counter()) if method == "highs" else self._ipm(deadline)
+        if out is None and method == "highs" and time.perf_counter() < deadline:
+            method = "ipm"                             # HiGHS failed: the interior point may not
+            out = self._ipm(deadline)
         if out is None:
             return None
         z, y, iters = out
         N, nx, n1 = self.total, self.nx, self.n1
         u = z[:nx]
+        if method == "ipm":                            # an interior point: its empty cells are tiny,
+            u = np.where(u > _IPM_ZERO, u, 0.0)        # not zero (repair restores the sums)
         raw = [u[a:b].reshape(sh) * N for a, b, sh in zip(self.offsets[:-1], self.offsets[1:], self.tree.shapes)]
         tables = repair(self.tree, raw, N)
         x = np.concatenate([t.ravel() for t in tables])
         repaired = float(np.abs(x - u * N).max(initial=0.0))
         mu = self.P @ x
         resid = float(np.abs(self.E @ x - N * self.b[-self.m:]).max(initial=0.0))
-        # loss duals: lam1 = -scale y1 (clipped into the conjugate's domain), lam2 = W r
-        lams, k1 = [], 0
-        for t in self.loss.terms:
+        # loss duals: lam1 = -scale y1 (clipped into the conjugate's domain), lam2 = W r at
+        # the returned point; and, for L2 terms, the solver's own lam2 = -scale y2 as well
+        lams, lams_y, k1, k2 = [], [], 0, n1
+        for t, keep in zip(self.loss.terms, self._term_keep):
             if t.kind == "l1":
                 lam = np.clip(-self.scale * y[k1:k1 + t.b.size], -t.w, t.w)
                 k1 += t.b.size
+                lams.append(lam)
+                lams_y.append(lam)
             else:
-                lam = t.w * t.apply(mu)
-            lams.append(lam)
+                lams.append(t.w * t.apply(mu))
+                lam = np.zeros(t.b.size)
+                lam[keep] = -self.scale * y[k2:k2 + keep.size]
+                k2 += keep.size
+                lams_y.append(lam)
         nu = self.scale * y[n1 + self.n2:]
         g = self.loss.adjoint(lams)
         s = self.P.T @ g - self.E.T @ nu
         # the solver's own dual objective, in loss units (scaled problem times N * scale)
         z_obj = float(np.dot(self.b, y) - 0.5 * np.dot(self.q * z, z)) * N * self.scale + self.loss.constant
         return LPResult(x=tables, mu=mu, lams=lams, nu=nu, s=s, dual_bound=z_obj, method=method,
-                        iterations=iters, residual=resid, repaired=repaired)
+                        iterations=iters, residual=resid, repaired=repaired,
+                        alt_lams=None if self.pure else lams_y)

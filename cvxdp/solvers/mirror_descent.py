@@ -249,6 +249,8 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
             return None
         f_p = loss.value(pol.mu)
         lb_p = P.lower_bound(pol.lams)
+        if pol.alt_lams is not None:
+            lb_p = max(lb_p, P.lower_bound(pol.alt_lams))
         best_lb = max(best_lb, lb_p)
         gap_p = f_p - best_lb
         entry.update(rounds=pol.iterations, gap=gap_p / max(abs(f_p), 1e-300), method=pol.method,
