@@ -71,6 +71,10 @@ def fitness_problem(W, c, *, basis=None, privacy_bound: float | None = None) -> 
     if Wd.ndim != 2 or not np.all(np.isfinite(Wd)):
         raise ValueError(f"W must be a finite 2-D matrix, got shape {np.shape(Wd)}")
     m = Wd.shape[0]
+    if m == 0 or Wd.shape[1] == 0:
+        raise ValueError(f"W (the workload) has no queries or no cells, shape {Wd.shape}")
+    if not np.any(Wd):
+        raise ValueError("W (the workload): every query is zero, so no noise level is optimal")
     c = np.broadcast_to(np.asarray(c, dtype=float), (m,)).copy() if np.ndim(c) == 0 else np.asarray(c, dtype=float)
     if c.shape != (m,):
         raise ValueError(f"c must be a scalar or have one target per query ({m},), got {c.shape}")
@@ -92,8 +96,8 @@ def fitness_problem(W, c, *, basis=None, privacy_bound: float | None = None) -> 
     if privacy_bound is None:
         prob = cp.Problem(cp.Minimize(privacy_cost(B, X)), [query_variance(L, X) <= c])
         return FitnessModel(prob, X, L, B, c)
-    if not privacy_bound > 0:
-        raise ValueError(f"privacy_bound must be positive, got {privacy_bound!r}")
+    if not (np.isfinite(privacy_bound) and privacy_bound > 0):
+        raise ValueError(f"privacy_bound must be positive and finite, got {privacy_bound!r}")
     s = cp.Variable(name="s")
     prob = cp.Problem(cp.Minimize(s), [query_variance(L, X) <= s * c,
                                        privacy_cost(B, X) <= privacy_bound])

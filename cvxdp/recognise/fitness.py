@@ -10,6 +10,13 @@ Problem 2 (prioritizing privacy)::
 
     minimize    s
     subject to  query_variance(L, X) <= s * c,   privacy_cost(B, X) <= rho,   X PSD
+
+A model of this form whose data has no attained optimum raises ``ValueError`` naming the
+argument, before any solve (:func:`cvxdp.solvers.fitness_reduce.validate`): no queries or
+only zero queries (``L``), non-positive or non-finite targets (``c``), a basis ``B`` with
+dependent rows, and in Problem 2 a privacy bound ``rho`` that is not positive and finite
+(``rho <= 0`` admits no positive definite ``X``; ``rho = inf`` lets ``s`` tend to 0 unattained).
+Rank-deficient, repeated and partly zero workloads are fine: the solver reduces them exactly.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from cvxpy.constraints import PSD, Inequality
 
 from ..atoms import PrivacyCost, QueryVariance
 from ..errors import NotRecognised
+from ..solvers.fitness_reduce import validate
 from .affine import constant_value
 
 __all__ = ["FitnessExtraction", "recognise"]
@@ -131,7 +139,10 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
             if ext.cost_constraint is not None:
                 raise NotRecognised("NEWTON_CG", _EXPECTED, "two privacy-cost constraints")
             ext.B = _privacy_B(lhs, X)
-            ext.rho = float(np.asarray(constant_value(rhs)).ravel()[0])
+            rho = np.asarray(constant_value(rhs), dtype=float).ravel()
+            if rho.size != 1:
+                raise NotRecognised("NEWTON_CG", _EXPECTED, "a privacy bound that is not a scalar")
+            ext.rho = float(rho[0])
             ext.cost_constraint = con
         else:
             raise NotRecognised("NEWTON_CG", _EXPECTED, f"the constraint {con}")
@@ -146,6 +157,9 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
     k = X.shape[0]
     if ext.B.shape[0] != k or ext.L.shape[1] != k:
         raise NotRecognised("NEWTON_CG", _EXPECTED, "B, L and X of inconsistent sizes")
+    # The model is of the right form; data without an attained optimum (no or only zero
+    # queries, dependent rows of B, rho <= 0, inf or nan) is refused here, before any solve.
+    validate(ext.B, ext.L, ext.c, rho=ext.rho if ext.problem == 2 else None)
     return ext
 
 
@@ -185,5 +199,5 @@ def _targets(rhs, m: int, s, con) -> np.ndarray:
         else:
             raise NotRecognised("NEWTON_CG", _EXPECTED, f"targets other than s * c in {con}")
     if np.any(~np.isfinite(c)) or np.any(c <= 0):
-        raise ValueError(f"variance targets must be positive and finite, got {c}")
+        raise ValueError(f"c: variance targets must be positive and finite, got {c}")
     return c

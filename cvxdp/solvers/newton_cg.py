@@ -68,9 +68,12 @@ import scipy.linalg as la
 
 from . import result as R
 from ._table import IterationTable
-from .result import SolverResult
+from .fitness_reduce import (RANK_RTOL, exact_parts, fingerprint, lift_multipliers, lift_precision,
+                             project_precision, reduce, validate)
+from .result import SolverResult, relative_gap
 
-__all__ = ["FitnessData", "NewtonSettings", "solve", "dual_bound", "objective_parts"]
+__all__ = ["FitnessData", "NewtonSettings", "solve", "solve_privacy_bound", "dual_bound",
+           "objective_parts"]
 
 
 @dataclass
@@ -87,6 +90,10 @@ class FitnessData:
         self.B = np.asarray(self.B, dtype=float)
         self.L = np.asarray(self.L, dtype=float)
         self.c = np.asarray(self.c, dtype=float).ravel()
+        if self.L.ndim == 1:                    # a single query
+            self.L = self.L[None, :]
+        if self.B.ndim != 2 or self.L.ndim != 2:
+            raise ValueError(f"B and L must be 2-D matrices, got shapes {self.B.shape}, {self.L.shape}")
         k = self.B.shape[0]
         if self.L.shape[1] != k:
             raise ValueError(f"L has {self.L.shape[1]} columns, B has {k} rows")
@@ -106,6 +113,8 @@ class NewtonSettings:
     beta0: float | None = None      # initial soft-max parameters (default: from the data)
     growth: float = 2.0             # factor by which beta, gamma grow per stage
     cg_max: int = 50
+    eps_abs: float = 1e-8           # largest variance-target violation of an 'optimal' X
+    rank_rtol: float = RANK_RTOL    # rank decision on the row-normalized workload (fitness_reduce)
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
@@ -138,19 +147,24 @@ def _softmax(v: np.ndarray, t: float, prior: np.ndarray | None = None) -> tuple[
 
 def dual_bound(d: FitnessData, mu: np.ndarray, lam: np.ndarray) -> float:
     """``tr((P^{1/2} Q P^{1/2})^{1/2})^2 / (lam^T c)``: a lower bound on the optimal squared
-    privacy cost for any ``mu`` in the simplex and ``lam >= 0`` (see the module docstring)."""
-    mu = np.maximum(mu, 0.0)
+    privacy cost for any ``mu`` in the simplex and ``lam >= 0`` (see the module docstring).
+
+    The trace is the nuclear norm of ``P^{1/2} Q^{1/2}``, whose singular values are those of
+    ``G^T F`` with ``P = G G^T``, ``G = B diag(sqrt(mu))`` and ``Q = F F^T``,
+    ``F = L^T diag(sqrt(lam))``; with ``G^T = Q_1 R_1`` and ``F^T = Q_2 R_2`` they are the
+    singular values of ``R_1 R_2^T`` (``k x k`` at most).  Taking square roots of the
+    eigenvalues of ``P^{1/2} Q P^{1/2}`` instead turns rounding-sized eigenvalues ``1e-17``
+    of a rank-deficient ``Q`` into ``3e-9`` each, which overstated the bound."""
+    mu = np.maximum(np.asarray(mu, dtype=float), 0.0)
     mu = mu / mu.sum()
-    lam = np.maximum(lam, 0.0)
-    P = (d.B * mu) @ d.B.T
-    Q = (d.L.T * lam) @ d.L
-    evals, V = np.linalg.eigh((P + P.T) / 2)
-    Ph = (V * np.sqrt(np.maximum(evals, 0.0))) @ V.T
-    M = Ph @ Q @ Ph
-    ev = np.linalg.eigvalsh((M + M.T) / 2)
-    T = float(np.sum(np.sqrt(np.maximum(ev, 0.0))))
+    lam = np.maximum(np.asarray(lam, dtype=float), 0.0)
     denom = float(lam @ d.c)
-    return T * T / denom if denom > 0 else 0.0
+    if not denom > 0:
+        return 0.0
+    R1 = np.linalg.qr((d.B * np.sqrt(mu)).T, mode="r")
+    R2 = np.linalg.qr(d.L * np.sqrt(lam)[:, None], mode="r")
+    T = float(np.sum(np.linalg.svd(R1 @ R2.T, compute_uv=False)))
+    return T * T / denom
 
 
 class _Smoothed:
@@ -267,6 +281,9 @@ _PRECOND_REUSE = 3
 _STALL_GROWTH = 512.0
 # Inexact Newton: CG stops at this relative residual (measured best of 0.5, 0.1, 0.01).
 _CG_RTOL = 0.5
+# Lifting a rank-reduced answer back may add this fraction of eps_rel to the privacy cost
+# (fitness_reduce.lift_precision); the stages stop at (1 - 2 * it) * eps_rel to leave room.
+_PAD_FRACTION = 0.02
 
 _COLUMNS = [("stage", "d"), ("newton", "d"), ("beta", ".1e"), ("sq. cost", ".8e"),
             ("lower bnd", ".8e"), ("rel gap", ".2e"), ("cg", "d"), ("time [s]", ".2e")]
@@ -314,47 +331,47 @@ def uniform_weight_start(d: FitnessData) -> np.ndarray:
     return (X + X.T) / 2
 
 
-def solve(d: FitnessData, settings: NewtonSettings | None = None,
-          X0: np.ndarray | None = None, strategy: np.ndarray | None = None) -> SolverResult:
-    """Minimize the squared privacy cost subject to the variance targets (Problem 1).
+def _newton(d: FitnessData, s: NewtonSettings, X: np.ndarray, t0: float, table: IterationTable,
+            eps_stop: float, resume: dict | None = None) -> dict:
+    """The SM-II stages on an instance whose ``L`` has full column rank (see :func:`solve`).
 
-    Stages of damped Newton-CG on the smoothed problem ``F`` (see the module docstring), with
-    ``beta = gamma`` multiplied by ``growth`` and the soft-max priors replaced by the stage's
-    weights after each stage (exponential multipliers); each stage ends with a certificate."""
-    s = settings or NewtonSettings()
-    t0 = time.perf_counter()
-    table = IterationTable(_COLUMNS, s.verbose)
-    table.header(f"cvxdp NEWTON_CG (SM-II, exact Hessian), k = {d.k}, "
-                 f"{d.B.shape[1]} basis columns, {d.L.shape[0]} queries")
-    if X0 is not None:
-        X = np.array(X0, dtype=float)
-    elif strategy is not None:
-        X = initial_point(d, strategy)
-    else:
-        X = uniform_weight_start(d)
-    X = (X + X.T) / 2
-    try:
-        np.linalg.cholesky(X)
-    except np.linalg.LinAlgError:
-        raise ValueError("the initial point is not positive definite") from None
+    Stops when the relative gap ``(f - D) / f`` is at most ``eps_stop`` (scale free: the
+    targets' units never decide when to stop).  ``resume`` is a previous run's final stage
+    (point, priors, soft-max parameters, best point): the run continues from there, so a warm
+    start from a solved instance certifies at once instead of re-walking the smoothing path."""
     n, m = d.B.shape[1], d.L.shape[0]
-    p, q, *_ = objective_parts(d, X)
-    scale = math.sqrt(float(p.max()) * float(q.max()))
-    beta = s.beta0 if s.beta0 is not None else _BETA0 * math.log(max(n, m, 2)) / scale
-    gamma = beta
+    priors: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    if resume is not None:
+        X = resume["X"]
+        beta, gamma = resume["beta"], resume["gamma"]
+        priors = resume["priors"]
+    else:
+        p, q, *_ = objective_parts(d, X)
+        scale = math.sqrt(float(p.max()) * float(q.max()))
+        beta = s.beta0 if s.beta0 is not None else _BETA0 * math.log(max(n, m, 2)) / scale
+        gamma = beta
     best_X, best_cost = _scale_feasible(d, X)
+    if resume is not None and resume.get("best_cost", math.inf) <= best_cost:
+        best_X, best_cost = resume["best_X"], resume["best_cost"]
+        # the previous run's certificate, recomputed: if it already meets the tolerance the
+        # previous answer is returned as it was, without a Newton step
+        bound = dual_bound(d, resume["mu"], resume["lam"])
+        if (best_cost - bound) / best_cost <= eps_stop:
+            return {"X": best_X, "cost": best_cost, "mu": resume["mu"], "lam": resume["lam"],
+                    "lower": bound, "status": R.OPTIMAL, "history": [], "newton": 0,
+                    "stages": 0, "cg": 0, "beta": beta, "resume": resume}
     lower = 0.0
     history: list[dict] = []
     newton = stage = cg_total = 0
     status = None
     gaps: list[float] = []
-    multipliers = np.zeros(m)
     mu = np.full(n, 1.0 / n)
+    lam_hat = np.full(m, 1.0) / d.c
     X_before = None                       # the end of the stage before the previous one
-    priors: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
     stall_stages = max(2, math.ceil(math.log(_STALL_GROWTH) / math.log(s.growth)))
     while status is None:
         stage += 1
+        stage_priors = priors
         F = _Smoothed(d, X, beta, gamma, priors=priors)
         if X_before is not None:
             # Predictor: along the smoothing path X(beta) ~ X* + C / beta, so the next
@@ -412,16 +429,12 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
                 break
         # certificate from this stage's multipliers
         Xs, cost = _scale_feasible(d, X)
-        if cost < best_cost:
+        # a new best must be better beyond rounding, so a warm start at the optimum stays put
+        if cost < best_cost * (1 - 1e-13):
             best_X, best_cost = Xs, cost
         bound = dual_bound(d, F.w, F.u / d.c)
         if bound >= lower:
-            # Multipliers of l_i^T X^{-1} l_i <= c_i for the objective max_j b_j^T X b_j: the
-            # dual's best scale of lam = u / c is bound / (lam . c) (module docstring).
-            lam_hat = F.u / d.c
-            multipliers = (bound / float(lam_hat @ d.c)) * lam_hat
-            mu = F.w
-            lower = bound
+            lam_hat, mu, lower = F.u / d.c, F.w, bound
         gap = (best_cost - lower) / best_cost
         row = {"stage": stage, "newton": newton, "beta": beta, "sq. cost": best_cost,
                "lower bnd": lower, "rel gap": gap, "cg": cg_total,
@@ -429,7 +442,7 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
         history.append(row)
         table.row(row)
         gaps.append(gap)
-        if gap <= s.eps_rel:
+        if gap <= eps_stop:
             status = R.OPTIMAL
         elif len(gaps) > stall_stages and gap > 0.5 * gaps[-1 - stall_stages]:
             status = R.OPTIMAL_INACCURATE     # the gap stopped shrinking: rounding limits it
@@ -446,16 +459,194 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
             beta *= s.growth
             gamma *= s.growth
             X_before = X_end_previous if stage > 1 else None     # the start is not on the path
-    p, q, *_ = objective_parts(d, best_X)
-    res = SolverResult(x=best_X, status=status, objective=best_cost, lower_bound=lower,
-                       gap=(best_cost - lower) / best_cost, iterations=newton,
-                       history=history, solve_time=time.perf_counter() - t0,
-                       duals={"variance": multipliers, "cost_weights": mu},
-                       info={"stages": stage, "cg_iterations": cg_total, "beta": beta,
-                             "variance_ratio": q, "privacy_terms": p})
-    table.footer(f"status: {status}, squared privacy cost {best_cost:.10g}, certified gap "
-                 f"{res.gap:.2e}, {newton} Newton steps, {cg_total} CG iterations")
+    resume_state = {"X": X, "beta": beta, "gamma": gamma, "priors": stage_priors,
+                    "best_X": best_X, "best_cost": best_cost, "mu": mu, "lam": lam_hat}
+    return {"X": best_X, "cost": best_cost, "mu": mu, "lam": lam_hat, "lower": lower,
+            "status": status, "history": history, "newton": newton, "stages": stage,
+            "cg": cg_total, "beta": beta, "resume": resume_state}
+
+
+def _closed_form(d: FitnessData) -> dict:
+    """Rank one (one query direction, or ``k = 1``): ``X = x`` is a scalar, ``q_i = l_i^2 /
+    (x c_i)`` and ``p_j = x b_j^2``, so ``x = max_i l_i^2 / c_i`` and the cost is
+    ``x max_j b_j^2``; the multipliers sit on the two maximizers (exact duality)."""
+    lc = d.L[:, 0] ** 2 / d.c
+    i = int(np.argmax(lc))
+    b2 = d.B[0] ** 2
+    j = int(np.argmax(b2))
+    x = float(lc[i])
+    cost = x * float(b2[j])
+    mu = np.zeros(d.B.shape[1])
+    mu[j] = 1.0
+    lam = np.zeros(d.L.shape[0])
+    lam[i] = 1.0 / d.c[i]
+    return {"X": np.array([[x]]), "cost": cost, "mu": mu, "lam": lam, "lower": cost,
+            "status": R.OPTIMAL, "history": [], "newton": 0, "stages": 0, "cg": 0,
+            "beta": math.nan, "resume": None}
+
+
+def _make_feasible(d: FitnessData, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scale ``X`` (positive definite) so every variance meets its target on the original
+    data, computed by Cholesky; a few ulps of rounding are removed by rescaling again."""
+    p, v = exact_parts(d.B, d.L, X)
+    for it in range(6):
+        t = float(np.max(v / d.c))
+        if t <= 1.0:
+            break
+        X = X * (t * (1.0 + 2.0 ** (it - 52)) if it else t)
+        p, v = exact_parts(d.B, d.L, X)
+    return X, p, v
+
+
+def _violation(v: np.ndarray, c: np.ndarray) -> float:
+    """Largest constraint violation ``max_i (v_i - c_i)_+`` in the constraints' units."""
+    return float(max(0.0, np.max(v - c)))
+
+
+def solve(d: FitnessData, settings: NewtonSettings | None = None,
+          X0: np.ndarray | None = None, strategy: np.ndarray | None = None,
+          state: dict | None = None) -> SolverResult:
+    """Minimize the squared privacy cost subject to the variance targets (Problem 1).
+
+    Any workload: the instance is first validated and reduced exactly
+    (:mod:`cvxdp.solvers.fitness_reduce`: zero rows dropped, parallel rows merged keeping
+    the tightest target, ``L`` reduced to full column rank ``r``); rank one has a closed
+    form, otherwise stages of damped Newton-CG on the smoothed problem ``F`` (module
+    docstring) run in ``r`` coordinates.  The reduced answer is lifted to a positive definite
+    ``k x k`` ``X``, rescaled until every variance meets its target on the original data
+    (computed by Cholesky), and certified with the original data's dual bound.  ``status``
+    is ``optimal`` only if the returned ``X`` violates no target by more than ``eps_abs``
+    and ``gap = (f - lower_bound) / max(1, |f|) <= eps_rel``; the stages themselves stop on
+    the scale-free relative gap ``(f - lower_bound) / f``, which is at least as strict.
+
+    Warm starts: ``X0`` (projected to the reduced coordinates, see
+    :func:`~cvxdp.solvers.fitness_reduce.project_precision`) is the first point and the first
+    incumbent; one that is not a finite positive definite ``k x k`` matrix is ignored
+    (``info["warm_start"]`` says why).  ``state`` (a previous result's ``state`` for the same
+    data) resumes the last stage, which reproduces the previous answer at once.
+
+    Raises ``ValueError`` (naming the argument) for data without an attained optimum: see
+    :func:`~cvxdp.solvers.fitness_reduce.validate`."""
+    s = settings or NewtonSettings()
+    t0 = time.perf_counter()
+    validate(d.B, d.L, d.c)
+    fp = fingerprint(d.B, d.L, d.c, d.eta)
+    red = reduce(d.B, d.L, d.c, s.rank_rtol, normalize=not d.eta)
+    dr = FitnessData(red.B, red.L, red.c, d.eta)
+    table = IterationTable(_COLUMNS, s.verbose)
+    table.header(f"cvxdp NEWTON_CG (SM-II, exact Hessian), k = {d.k}, "
+                 f"{d.B.shape[1]} basis columns, {d.L.shape[0]} queries; reduced to rank "
+                 f"{red.rank} with {red.L.shape[0]} distinct queries")
+    setup_time = time.perf_counter() - t0
+    warm = "none"
+    resume = None
+    if isinstance(state, dict) and state.get("fingerprint") == fp and \
+            state.get("rank") == red.rank and state.get("resume") is not None:
+        resume, warm = state["resume"], "resumed from state"
+    X = None
+    if X0 is not None:
+        X = project_precision(red, X0)
+        if X is None:
+            warm = f"ignored: X0 is not a finite positive definite {d.k} x {d.k} matrix"
+        elif resume is None:
+            warm = "X0"
+    if X is None and strategy is not None:
+        try:
+            X = project_precision(red, initial_point(d, strategy))
+        except (ValueError, np.linalg.LinAlgError):
+            X = None
+    if X is None:
+        X = uniform_weight_start(dr)
+    pad = _PAD_FRACTION * s.eps_rel
+    if red.rank == 1:
+        core = _closed_form(dr)
+    else:
+        core = _newton(dr, s, X, t0, table, (1 - 2 * _PAD_FRACTION) * s.eps_rel, resume)
+    # back to the original coordinates and data: lift, make feasible, certify
+    Xfull, delta = lift_precision(red, core["X"], d.B, d.L, d.c, pad)
+    Xout, p, v = _make_feasible(d, Xfull)
+    f = float(p.max())
+    residual = _violation(v, d.c)
+    lam = lift_multipliers(red, core["lam"])
+    lower = dual_bound(d, core["mu"], lam)
+    denom = float(lam @ d.c)
+    multipliers = (lower / denom) * lam if denom > 0 else lam
+    gap = relative_gap(f, lower)
+    rel = (f - lower) / f if f > 0 else math.inf
+    if residual <= s.eps_abs and gap <= s.eps_rel and rel <= s.eps_rel:
+        status = R.OPTIMAL
+    elif core["status"] == R.USER_LIMIT:
+        status = R.USER_LIMIT
+    else:
+        status = R.OPTIMAL_INACCURATE
+    new_state = {"fingerprint": fp, "rank": red.rank, "resume": core["resume"]}
+    res = SolverResult(x=Xout, status=status, objective=f, lower_bound=lower, gap=gap,
+                       primal_residual=residual, iterations=core["newton"],
+                       history=core["history"], setup_time=setup_time,
+                       solve_time=time.perf_counter() - t0,
+                       duals={"variance": multipliers, "cost_weights": core["mu"]},
+                       info={"stages": core["stages"], "cg_iterations": core["cg"],
+                             "beta": core["beta"], "variance_ratio": v / d.c,
+                             "privacy_terms": p, "relative_gap": rel, "rank": red.rank,
+                             "distinct_queries": int(red.L.shape[0]),
+                             "zero_rows": red.zero_rows, "null_padding": delta,
+                             "closed_form": red.rank == 1, "warm_start": warm},
+                       state=new_state)
+    table.footer(f"status: {status}, squared privacy cost {f:.10g}, certified gap "
+                 f"{gap:.2e}, {core['newton']} Newton steps, {core['cg']} CG iterations")
     return res
+
+
+def solve_privacy_bound(d: FitnessData, rho: float, settings: NewtonSettings | None = None,
+                        X0: np.ndarray | None = None, strategy: np.ndarray | None = None,
+                        state: dict | None = None) -> SolverResult:
+    """Problem 2: ``minimize s`` subject to ``l_i^T X^{-1} l_i <= s c_i`` and
+    ``max_j b_j^T X b_j <= rho``.
+
+    Scaling ``X`` trades privacy cost against every variance by the same factor, so with
+    Problem 1's optimum ``f*`` (targets ``c``) ``s* = f* / rho`` at ``X = (rho / f*) X_1``.
+    The result's ``objective`` is ``s`` at the returned ``X`` (rescaled until its privacy
+    cost is at most ``rho`` on the data, ``s`` the exact largest variance ratio),
+    ``lower_bound`` Problem 1's bound over ``rho``, ``gap = (s - lower_bound) / max(1, |s|)``,
+    ``primal_residual`` the larger of ``max_i (v_i - s c_i)_+`` and ``(p - rho)_+``.
+    ``duals["variance"]`` holds the multipliers of the variance constraints (they sum to 1
+    against ``c``) and ``duals["privacy"]`` that of the privacy bound (KKT of Problem 2 from
+    Problem 1's: ``lam_2 = lam_1 / (lam_1 . c)``, ``nu = 1 / (kappa^2 (lam_1 . c))``,
+    ``kappa = rho / f``).  Raises ``ValueError`` unless ``rho`` is positive and finite."""
+    s = settings or NewtonSettings()
+    validate(d.B, d.L, d.c, rho=rho)
+    rho = float(rho)
+    r1 = solve(d, s, X0=X0, strategy=strategy, state=state)
+    X = r1.x * (rho / r1.objective)
+    p, v = exact_parts(d.B, d.L, X)
+    for _ in range(4):
+        if float(p.max()) <= rho:
+            break
+        X = X * (rho / float(p.max())) * (1 - 4e-16 * (_ + 1))
+        p, v = exact_parts(d.B, d.L, X)
+    sval = float(np.max(v / d.c))
+    residual = max(0.0, float(p.max()) - rho, float(np.max(v - sval * d.c)))
+    lower = r1.lower_bound / rho
+    gap = relative_gap(sval, lower)
+    rel = (sval - lower) / sval
+    lam1 = r1.duals["variance"]
+    a = float(lam1 @ d.c)
+    kappa = rho / r1.objective
+    if residual <= s.eps_abs and gap <= s.eps_rel and rel <= s.eps_rel:
+        status = R.OPTIMAL
+    elif r1.status == R.USER_LIMIT:
+        status = R.USER_LIMIT
+    else:
+        status = R.OPTIMAL_INACCURATE
+    info = dict(r1.info, problem=2, rho=rho, problem1_objective=r1.objective, relative_gap=rel,
+                variance_ratio=v / d.c, privacy_terms=p)
+    return SolverResult(x=X, status=status, objective=sval, lower_bound=lower, gap=gap,
+                        primal_residual=residual, iterations=r1.iterations, history=r1.history,
+                        setup_time=r1.setup_time, solve_time=r1.solve_time,
+                        duals={"variance": lam1 / a if a > 0 else lam1,
+                               "privacy": 1.0 / (kappa ** 2 * a) if a > 0 else 0.0,
+                               "cost_weights": r1.duals["cost_weights"]},
+                        info=info, state=r1.state)
 
 
 def choose_basis(W: np.ndarray, tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
