@@ -303,6 +303,11 @@ def _collect(expr, coef: float, terms: list[_Term], constant: list[float]) -> No
         if base.is_affine() and base.size == 1:
             terms.append(_Term(base, "l2", np.asarray(2.0 * coef)))
             return
+        # cvxpy writes the norm of a one-entry argument as norm1 or abs: |r|^2 = r^2
+        if (isinstance(base, (norm1, cp_abs, Pnorm)) and getattr(base, "axis", None) is None
+                and base.args[0].size == 1 and base.args[0].is_affine()):
+            terms.append(_Term(base.args[0], "l2", np.asarray(2.0 * coef)))
+            return
     if isinstance(expr, Sum) and expr.axis is None:
         parsed = _elementwise_loss(expr.args[0])
         if parsed is not None:

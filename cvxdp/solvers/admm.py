@@ -136,6 +136,16 @@ _RETRY_CHECKS = 10
 # by even 0.999 costs 1e-3 of the objective, ten times a 1e-4 target.
 _REPAIR_BELOW = 1.0
 
+# rho is kept within [_RHO_MIN_FACTOR, _RHO_MAX_FACTOR] x its initial value: residual
+# balancing on a degenerate iterate (a zero residual, a dual that vanished) would
+# otherwise drive it to 1e-32 or to overflow, after which nothing moves.
+_RHO_MIN_FACTOR = 1e-6
+_RHO_MAX_FACTOR = 1e6
+
+# Exact checks with HiGHS (feasibility of the constraints alone; KKT multipliers for a
+# given point) are run on problems up to this many nonzeros.
+_LP_MAX_NNZ = 2_000_000
+
 # The active set counts as settled when fewer than this fraction of coordinates
 # changed status since the previous check.
 _SETTLED_FRACTION = 1e-4
@@ -161,14 +171,109 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
         solver: _Base = _SeparableADMM(data, sep, settings)
     else:
         solver = _GeneralADMM(data, settings)
+    if not solver.infeasible_setup and not getattr(solver, "_surely_feasible", False) \
+            and _constraints_feasible(data) is False:
+        solver.infeasible_setup = True
     setup = time.perf_counter() - t0
     if solver.infeasible_setup:
         return SolverResult(x=None, status=R.INFEASIBLE, objective=math.inf, setup_time=setup,
-                            info={"reason": "the equality constraints A x = b have no solution",
+                            info={"reason": "the constraints (A x = b, bounds, order) have no solution",
                                   "splitting": solver.name})
     res = solver.run(x0, state, t0)
+    res = _finalize(data, res, settings)
     res.setup_time = setup
     res.solve_time = time.perf_counter() - t0 - setup
+    return res
+
+
+def _lp_size(data: ConsistencyData) -> int:
+    nnz = data.M.nnz + data.n
+    if data.A is not None:
+        nnz += data.A.nnz
+    return nnz
+
+
+def _constraints_feasible(data: ConsistencyData) -> bool | None:
+    """Exact feasibility of the constraints alone (``A x = b``, bounds, order chains) by
+    HiGHS: ``True``/``False``, or ``None`` when the LP is too large or inconclusive."""
+    from scipy.optimize import linprog
+    from .polish import _order_matrix
+
+    has_eq = data.A is not None and data.A.shape[0] > 0
+    has_ch = data.chains is not None and bool(data.chains.chains)
+    if _lp_size(data) > _LP_MAX_NNZ:
+        return None
+    lo = np.where(np.isfinite(data.lower), data.lower, None)
+    hi = np.where(np.isfinite(data.upper), data.upper, None)
+    D = _order_matrix(data.chains, data.n) if has_ch else None
+    try:
+        res = linprog(np.zeros(data.n), A_eq=data.A if has_eq else None, b_eq=data.b if has_eq else None,
+                      A_ub=D, b_ub=np.zeros(D.shape[0]) if D is not None else None,
+                      bounds=list(zip(lo.tolist(), hi.tolist())), method="highs")
+    except (ValueError, MemoryError):
+        return None
+    if res.status == 2:
+        return False
+    if res.status == 0:
+        return True
+    return None
+
+
+def _finalize(data: ConsistencyData, res: SolverResult, s: ADMMSettings) -> SolverResult:
+    """Certify what is returned: the multipliers must satisfy the KKT conditions at
+    ``x`` (else they are dropped, ``info["duals_certified"] = False``); ``optimal``
+    needs ``violation <= eps_abs`` and a certified gap ``<= eps_rel``; a run that did not
+    reach ``optimal`` is checked for infeasibility of the constraints by an LP."""
+    from .polish import kkt_check, kkt_dual_lp, lagrangian_bound, _constraint_gradient
+
+    w = res.info.pop("_w", None)
+    if res.x is None or res.status not in R.SOLUTION_PRESENT:
+        return res
+    x = res.x
+    duals = res.duals or {}
+    if w is None and _separable_form(data) is not None:
+        from .polish import separable_loss_multiplier
+
+        c = _constraint_gradient(data, duals)
+        w = None if c is None else separable_loss_multiplier(data, c)
+    chk = kkt_check(data, x, duals, w, s.eps_abs, s.eps_rel)
+    source = "admm"
+    if not chk["ok"] and _lp_size(data) <= _LP_MAX_NNZ:
+        lp = kkt_dual_lp(data, x, s.eps_abs)
+        if lp is not None:
+            chk2 = kkt_check(data, x, lp[0], lp[1], s.eps_abs, s.eps_rel)
+            if chk2["ok"]:
+                duals, w = lp
+                chk, source = chk2, "lp"
+    res.info["kkt"] = {k: v for k, v in chk.items() if k != "ok"}
+    if chk["ok"]:
+        res.duals = duals
+        res.info["duals_certified"] = True
+        res.info["duals_source"] = source
+        lb = lagrangian_bound(data, duals, w)
+        res.info["duals_lower_bound"] = lb
+        # a bound from multipliers that are stationary to rounding error certifies x
+        if math.isfinite(lb) and chk.get("stationarity", 1.0) <= 1e-9:
+            res.lower_bound = max(res.lower_bound, lb)
+    else:
+        res.duals = {}
+        res.info["duals_certified"] = False
+    res.gap = relative_gap(res.objective, res.lower_bound)
+    viol = res.primal_residual
+    certified = viol <= s.eps_abs and res.gap <= s.eps_rel
+    if res.status == R.OPTIMAL and not certified:
+        res.status = R.OPTIMAL_INACCURATE
+    elif res.status == R.OPTIMAL_INACCURATE and certified:
+        res.status = R.OPTIMAL
+    if res.status != R.OPTIMAL:
+        feas = _constraints_feasible(data)
+        if feas is False:
+            res.info["reason"] = "the constraints have no solution (HiGHS, constraints alone)"
+            res.info["certificate"] = "lp"
+            res.status = R.INFEASIBLE
+            res.x = None
+            res.objective = math.inf
+            res.duals = {}
     return res
 
 
@@ -230,8 +335,13 @@ class _Base:
         ratio = math.sqrt(pri / dua)
         tol = self.s.adaptive_rho_tolerance
         if ratio > tol or ratio < 1.0 / tol:
-            return self.rho * ratio
+            new = min(max(self.rho * ratio, self.rho_min), self.rho_max)
+            return new if new != self.rho else None
         return None
+
+    def _set_rho_range(self) -> None:
+        self.rho_min = _RHO_MIN_FACTOR * self.rho
+        self.rho_max = _RHO_MAX_FACTOR * self.rho
 
     def __init__(self, data: ConsistencyData, settings: ADMMSettings) -> None:
         self.data = data
@@ -323,7 +433,8 @@ class _Base:
             pol = self.polish()
             polish_info["attempts"] += 1
             polish_info["reason"] = getattr(self, "polish_reason", None)
-            if pol is not None and relative_gap(pol[0], pol[3]) <= s.eps_rel and pol[0] <= best[0] + s.eps_rel * max(1.0, abs(best[0])):
+            if (pol is not None and relative_gap(pol[0], pol[3]) <= s.eps_rel
+                    and (best is None or pol[0] <= best[0] + s.eps_rel * max(1.0, abs(best[0])))):
                 best = (pol[0], pol[1], pol[2])
                 lower = max(lower, pol[3])
                 polish_info["success"] = True
@@ -347,16 +458,20 @@ class _Base:
             obj, xbest, duals = best
         if duals is None:
             duals = self.duals(xbest)
-        gap = relative_gap(obj, lower)
+        duals = dict(duals)
+        w_cand = duals.pop("_w", None)
+        if w_cand is None:
+            w_cand = self.loss_multiplier_guess()
         viol = self.violation(xbest)
         res = SolverResult(
-            x=xbest, status=status, objective=obj, lower_bound=lower, gap=gap, duals=duals,
-            iterations=it, primal_residual=viol, dual_residual=last_check["r_dual"],
+            x=xbest, status=status, objective=obj, lower_bound=lower, gap=relative_gap(obj, lower),
+            duals=duals, iterations=it, primal_residual=viol, dual_residual=last_check["r_dual"],
             history=history,
             info={"splitting": self.name, "rho": self.rho, "polish": polish_info,
-                  "violation": viol, "admm_primal_residual": last_check["r_prim"]})
+                  "violation": viol, "admm_primal_residual": last_check["r_prim"],
+                  "_w": w_cand})
         res.state = self.export_state()
-        self.table.footer(f"status: {status}, objective {obj:.10g}, certified gap {gap:.2e}, "
+        self.table.footer(f"status: {status}, objective {obj:.10g}, certified gap {res.gap:.2e}, "
                           f"{it} iterations, polish {'ok' if polish_info['success'] else 'no'}")
         return res
 
@@ -387,6 +502,7 @@ class _SeparableADMM(_Base):
         default_rho = (_L1_FOREST_RHO / _L1_RHO_FACTOR) * _initial_rho(f.w1, f.w2) \
             if self._l1_forest else _initial_rho(f.w1, f.w2)
         self.rho = settings.rho or default_rho
+        self._set_rho_range()
         self.n = n
         # A point of C inside the bounds proves feasibility: then no infeasibility test.
         self._surely_feasible = (self.proj is None or not f.has_bounds
@@ -395,6 +511,9 @@ class _SeparableADMM(_Base):
                                      and f.bound_violation(self.proj.feasible_from(f.clip(self.proj.particular))) == 0.0
                                      and float(np.max(np.abs(self.proj.residual(
                                          self.proj.feasible_from(f.clip(self.proj.particular)))), initial=0.0)) == 0.0))
+        if self.proj is None and self.chains is not None and f.has_bounds:
+            pt = f.clip(self.chains.project(f.clip(np.zeros(n))))
+            self._surely_feasible = f.bound_violation(pt) == 0.0 and self.chains.violation(pt) == 0.0
 
     # projection onto C and its support-function pieces ------------------
     def P(self, v: np.ndarray) -> np.ndarray:
@@ -574,9 +693,25 @@ class _SeparableADMM(_Base):
         return None
 
     def duals(self, x: np.ndarray) -> dict:
-        """Multipliers from the ADMM dual ``lam = rho u`` (``lam in N_C``, ``-lam in df``)."""
+        """Multipliers from the ADMM dual ``lam = rho u`` (``lam in N_C``, ``-lam in df``),
+        made exact for ``x`` where the constraint set allows it: on a forest (interval
+        propagation) and on order chains, the multiplier closest to ``lam`` whose
+        negative is a subgradient of ``f`` at ``x`` (kinks and bounds within eps_abs)."""
+        from .polish import subdifferential_box
+
         lam = self.rho * self.u
+        if isinstance(self.proj, ForestProjector) or (self.proj is None and self.chains is not None):
+            L, U = subdifferential_box(self.f, x, self.s.eps_abs)
+            if self.proj is not None:
+                exact = forest_dual(self.proj, L, U, lam)
+            else:
+                exact = chain_dual(self.chains, L, U, lam - self.chains.project(lam))
+            if exact is not None:
+                return self._duals_from(x, exact)
         return self._duals_from(x, lam)
+
+    def loss_multiplier_guess(self):
+        return None
 
     def _duals_from(self, x, lam) -> dict:
         out = {}
@@ -666,8 +801,17 @@ class _GeneralADMM(_Base):
         if not self.blocks:
             self.blocks.append(("free", lambda v: v))
         k = len(self.blocks)
+        # a point of the affine set (or the origin) satisfying everything proves feasibility
+        pt = self.proj.particular if self.proj is not None else (
+            self.box.clip(np.zeros(n)) if self.chains is None else np.zeros(n))
+        self._surely_feasible = bool(self.box.bound_violation(pt) == 0.0 and (
+            self.chains is None or self.chains.violation(pt) == 0.0) and (
+            self.proj is None or float(np.max(np.abs(self.proj.residual(pt)), initial=0.0)) <= 1e-12 * (1 + _norm(pt))))
+        if self.penalty:
+            self._surely_feasible = False
         self._factor(k)
         self.rho = settings.rho or _initial_rho(data.w1, data.w2)
+        self._set_rho_range()
         self.name = "general/penalty" if self.penalty else "general"
 
     def _factor(self, k: int) -> None:
@@ -693,7 +837,7 @@ class _GeneralADMM(_Base):
         n, m, k = self.n, self.m, len(self.blocks)
         if state is not None and state.shape == self.name and state.z.size == n:
             self.x = state.z.copy()
-            self.rho = state.rho if not self.s.rho else self.rho
+            self.rho = min(max(state.rho, self.rho_min), self.rho_max) if not self.s.rho else self.rho
             self.r = state.extra["r"].copy()
             self.mu = state.extra["mu"].copy()
             self.xs = [v.copy() for v in state.extra["xs"]]
@@ -862,6 +1006,12 @@ class _GeneralADMM(_Base):
             out["lower"] = np.zeros(self.n)
             out["upper"] = np.zeros(self.n)
         return out
+
+    def loss_multiplier_guess(self):
+        mu = self.rho * self.mu[:self.m_loss]
+        w1 = self.data.w1
+        free = self._free_rows[:self.m_loss]
+        return np.where(free, np.clip(mu, -w1, w1), mu)
 
     def active_signature(self):
         """Zero residuals of the prox and bound hits of the bounds block."""

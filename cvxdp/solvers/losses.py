@@ -119,10 +119,10 @@ class SeparableLoss:
         mismatch between ``g`` and the loss's subdifferential is a dual residual
         and is dropped.  Returns ``(s_lower, s_upper)``."""
         r = x - self.y
-        kink = (self.w1 > 0) & (r == 0)
+        kink = (self.w1 > 0) & (np.abs(r) <= tol)
         smooth = self.w2 * r + self.w1 * np.sign(r)
-        lo = np.where(kink, -self.w1, smooth)
-        hi = np.where(kink, self.w1, smooth)
+        lo = np.where(kink, self.w2 * r - self.w1, smooth)
+        hi = np.where(kink, self.w2 * r + self.w1, smooth)
         s_lower = np.where(x <= self.lower + tol, np.maximum(lo - g, 0.0), 0.0)
         s_upper = np.where(x >= self.upper - tol, np.maximum(g - hi, 0.0), 0.0)
         return s_lower, s_upper

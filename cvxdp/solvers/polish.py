@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from .affine import AffineProjector, ForestProjector
 from .losses import SeparableLoss
@@ -50,7 +51,39 @@ _ROUNDS = 6
 
 def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
     """Returns ``(objective, x, duals, lower_bound)`` or ``None`` if the identified
-    active set does not give a feasible, sign-consistent point."""
+    active set does not give a feasible, sign-consistent point.
+
+    Two candidates: the regularized weighted projection described above, and (when it
+    does not certify) the *face projection*: on the optimal face of a pure-L1 problem
+    the linear part ``sigma w1`` is constant, so its free coordinates are simply moved
+    as little as possible from the ADMM iterate onto ``A x = b`` with the active set
+    fixed.  The first amplifies a slightly wrong sign by ``1/delta`` (it can collapse
+    every coordinate onto a bound); the second does not.  The certificate decides."""
+    has_l1 = bool(np.any(solver.f.pure_l1 & (solver.f.w1 > 0)))
+    # (use the dual's complementary slackness to identify the active set, face projection);
+    # the dual point's accuracy can misplace a coordinate on a bound, the primal's a sign
+    variants = [(True, False), (True, True), (False, True), (False, False)] if has_l1 else [(True, False), (False, False)]
+    best, reason = None, None
+    for use_dual, face in variants:
+        pol = _polish_separable_once(solver, x_admm, lam_admm, face=face, use_dual=use_dual)
+        if reason is None or pol is not None:
+            reason = getattr(solver, "polish_reason", None)
+        if pol is not None and (best is None or _certified_gap(pol) < _certified_gap(best)):
+            best = pol
+        if best is not None and _certified_gap(best) <= solver.s.eps_rel:
+            break
+    solver.polish_reason = reason
+    return best
+
+
+def _certified_gap(pol) -> float:
+    obj, _, _, lb = pol
+    if not math.isfinite(lb):
+        return math.inf
+    return (obj - lb) / max(1.0, abs(obj))
+
+
+def _polish_separable_once(solver, x_admm, lam_admm, face: bool, use_dual: bool = True):
     f = solver.f
     proj = solver.proj
     data = solver.data
@@ -60,10 +93,12 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
     at_hi = x_admm >= f.upper
     zero_res = (w1 > 0) & (r == 0) & ~(at_lo | at_hi)
     sigma = np.sign(r)
-    lam_dual = getattr(solver, "last_dual_point", None)
+    lam_dual = getattr(solver, "last_dual_point", None) if use_dual else None
     if lam_dual is not None:
         _identify_from_dual(f, -lam_dual, at_lo, at_hi, zero_res, sigma)
     delta = _DELTA_REL * solver.rho
+    if face:
+        delta = solver.rho                   # any positive weight: no linear term below
     h = np.where(w2 > 0, w2, delta)
     scale = 1.0 + float(np.max(np.abs(y), initial=0.0))
     tight = _MOVE_RTOL * scale
@@ -73,6 +108,8 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
         on_bound = at_lo | at_hi
         fixed = on_bound | (zero_res & np.isinf(zero_weight))
         q = w2 * y - sigma * w1 + np.where(w2 > 0, 0.0, delta * x_admm)
+        if face:
+            q = np.where(w2 > 0, q, delta * x_admm)
         bound_val = np.where(at_lo, f.lower, f.upper)
         target = np.where(on_bound, bound_val, np.where(zero_res, y, q / h))
         weights = np.where(on_bound, np.inf, np.where(zero_res, zero_weight, h))
@@ -383,6 +420,7 @@ def polish_general(solver):
              "upper": np.where(at_hi, np.maximum(-g, 0.0), 0.0)}
     if A is not None:
         duals["eq"] = yA
+    duals["_w"] = u
     return obj, x, duals, lower_bound
 
 
@@ -401,3 +439,219 @@ def _general_dual_value(solver, u, yA, g) -> float:
     if yA.size:
         val -= float(yA @ d.b)
     return val
+
+
+# ---------------------------------------------------------------------------
+# KKT certification of multipliers (what ``solve`` returns as ``duals``).
+#
+# Multipliers are those of cvxpy's Lagrangian
+#     phi(M x - y) + yA^T (A x - b) + s_lo^T (l - x) + s_up^T (x - u) + o^T (D x)
+# (``D x <= 0`` the order edges ``x[c_j] - x[c_{j+1}] <= 0``); with the loss multiplier
+# ``w`` (one per loss row) stationarity reads
+#     M^T w + A^T yA - s_lo + s_up + D^T o = 0,   w_i in d phi_i((M x - y)_i),
+# plus s, o >= 0 and complementarity.  Weak duality then gives the lower bound
+#     -sum phi_i^*(w_i) - w^T y - yA^T b + s_lo^T l - s_up^T u .
+
+# A residual within this many eps_abs (times the row's 1-norm) counts as a kink, a
+# coordinate within eps_abs of a bound as on it.
+_KINK_FACTOR = 1.0
+# Stationarity is required to this accuracy, relative to the size of the multipliers.
+_STATIONARITY_RTOL = 1e-7
+# Largest LP (rows + columns) solved to find certified multipliers for a given x.
+_KKT_LP_MAX = 400_000
+
+
+def kkt_scale(data, x) -> float:
+    """Size of the multipliers: the loss slopes at ``x``."""
+    r = data.M @ x - data.y
+    slopes = np.abs(data.w1) + np.abs(data.w2 * r)
+    return max(float(np.max(slopes, initial=0.0)), 1e-300)
+
+
+def loss_intervals(data, x, tau: float):
+    """``[lo_i, hi_i]``: the subdifferential of ``phi_i`` at ``r_i = (M x - y)_i``, a
+    residual within ``tau * |M_i|_1`` of zero counting as a kink."""
+    M = data.M.tocsr()
+    r = M @ x - data.y
+    rowsum = np.asarray(abs(M).sum(axis=1)).ravel()
+    kink = (data.w1 > 0) & (np.abs(r) <= _KINK_FACTOR * tau * np.maximum(rowsum, 1.0))
+    smooth = data.w2 * r + data.w1 * np.sign(r)
+    lo = np.where(kink, data.w2 * r - data.w1, smooth)
+    hi = np.where(kink, data.w2 * r + data.w1, smooth)
+    return lo, hi
+
+
+def _order_matrix(chains, n):
+    """``D`` with one row per order edge ``x[c_j] - x[c_{j+1}] <= 0`` (chain by chain)."""
+    rows, cols, vals = [], [], []
+    k = 0
+    for c in chains.chains:
+        e = c.size - 1
+        idx = np.arange(k, k + e)
+        rows += [idx, idx]
+        cols += [c[:-1], c[1:]]
+        vals += [np.ones(e), -np.ones(e)]
+        k += e
+    if k == 0:
+        return sp.csr_matrix((0, n))
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(k, n))
+
+
+def _split_order(chains, o):
+    out, k = [], 0
+    for c in chains.chains:
+        out.append(o[k:k + c.size - 1])
+        k += c.size - 1
+    return out
+
+
+def _has_eq(data) -> bool:
+    return data.A is not None and data.A.shape[0] > 0
+
+
+def _has_chains(data) -> bool:
+    return data.chains is not None and bool(data.chains.chains)
+
+
+def _constraint_gradient(data, duals):
+    """``A^T yA - s_lo + s_up + D^T o`` (``None`` if a needed key is missing)."""
+    n = data.n
+    c = np.zeros(n)
+    if _has_eq(data):
+        if "eq" not in duals:
+            return None
+        c += data.A.T @ np.asarray(duals["eq"], float)
+    if "lower" not in duals or "upper" not in duals:
+        return None
+    c -= np.asarray(duals["lower"], float)
+    c += np.asarray(duals["upper"], float)
+    if _has_chains(data):
+        if "order" not in duals:
+            return None
+        c += _order_matrix(data.chains, n).T @ np.concatenate(
+            [np.asarray(o, float) for o in duals["order"]] or [np.zeros(0)])
+    return c
+
+
+def separable_loss_multiplier(data, c):
+    """``w`` with ``M^T w = -c`` when every loss row has one entry and no column two."""
+    M = data.M.tocsr()
+    nnz = np.diff(M.indptr)
+    w = np.zeros(M.shape[0])
+    rows = np.flatnonzero(nnz == 1)
+    cols = M.indices[M.indptr[rows]]
+    w[rows] = -c[cols] / M.data[M.indptr[rows]]
+    return w
+
+
+def kkt_check(data, x, duals, w, eps_abs: float, eps_rel: float) -> dict:
+    """Largest violation of each KKT condition at ``x`` for ``(duals, w)``, relative
+    to the multipliers' size, and whether all are within tolerance (``ok``)."""
+    out = {"ok": False}
+    c = _constraint_gradient(data, duals)
+    if c is None or w is None or not np.all(np.isfinite(c)) or not np.all(np.isfinite(w)):
+        out["reason"] = "missing or non-finite multipliers"
+        return out
+    scale = max(kkt_scale(data, x), float(np.max(np.abs(c), initial=0.0)))
+    tau = eps_abs
+    lo, hi = loss_intervals(data, x, tau)
+    stat = float(np.max(np.abs(data.M.T @ w + c), initial=0.0)) / scale
+    sub = float(np.max(np.maximum(lo - w, w - hi), initial=0.0)) / scale
+    s_lo, s_up = np.asarray(duals["lower"], float), np.asarray(duals["upper"], float)
+    neg = float(max(np.max(-s_lo, initial=0.0), np.max(-s_up, initial=0.0)))
+    off_lo = s_lo[(x > data.lower + tau) | np.isinf(data.lower)]
+    off_up = s_up[(x < data.upper - tau) | np.isinf(data.upper)]
+    comp = float(max(np.max(np.abs(off_lo), initial=0.0), np.max(np.abs(off_up), initial=0.0)))
+    if _has_chains(data):
+        o = np.concatenate([np.asarray(v, float) for v in duals["order"]] or [np.zeros(0)])
+        D = _order_matrix(data.chains, data.n)
+        slack = -(D @ x)
+        neg = max(neg, float(np.max(-o, initial=0.0)))
+        comp = max(comp, float(np.max(np.abs(o[slack > tau]), initial=0.0)))
+    out.update(stationarity=stat, subdifferential=sub, sign=neg / scale, complementarity=comp / scale)
+    # a residual known to eps_abs gives a squared loss's multiplier to w2 eps_abs |M_i|_1
+    rowsum = np.asarray(abs(data.M).sum(axis=1)).ravel()
+    floor = eps_abs * float(np.max(data.w2 * rowsum, initial=0.0)) / scale
+    tol = max(_STATIONARITY_RTOL, eps_rel)
+    out["ok"] = bool(stat <= tol + floor and sub <= tol + floor and neg / scale <= tol
+                     and comp / scale <= tol)
+    return out
+
+
+def lagrangian_bound(data, duals, w) -> float:
+    """The weak-duality lower bound of ``(duals, w)`` (exact stationarity assumed)."""
+    m = w.size
+    conj = SeparableLoss(np.zeros(m), data.w1, data.w2, np.full(m, -np.inf),
+                         np.full(m, np.inf)).conjugate_sum(w)
+    if not math.isfinite(conj):
+        # rounding just past |w| = w1 on a pure-L1 row: pull it back onto the edge
+        flat = data.w2 == 0
+        w = np.where(flat, np.clip(w, -data.w1, data.w1), w)
+        conj = SeparableLoss(np.zeros(m), data.w1, data.w2, np.full(m, -np.inf),
+                             np.full(m, np.inf)).conjugate_sum(w)
+        if not math.isfinite(conj):
+            return -math.inf
+    s_lo, s_up = np.asarray(duals["lower"], float), np.asarray(duals["upper"], float)
+    lo_f, up_f = np.isfinite(data.lower), np.isfinite(data.upper)
+    if np.any(s_lo[~lo_f] != 0) or np.any(s_up[~up_f] != 0):
+        return -math.inf
+    val = -conj - float(w @ data.y) + float(s_lo[lo_f] @ data.lower[lo_f]) \
+        - float(s_up[up_f] @ data.upper[up_f]) + data.constant
+    if _has_eq(data):
+        val -= float(np.asarray(duals["eq"], float) @ data.b)
+    return val
+
+
+def kkt_dual_lp(data, x, eps_abs: float, w_ref=None):
+    """Multipliers satisfying the KKT conditions at ``x`` exactly (to the LP's
+    tolerance), found by HiGHS on the linear feasibility problem above with the
+    active sets read off ``x``; ``None`` if there are none (``x`` is not optimal to
+    this accuracy) or the LP is too large.  Returns ``(duals, w)``."""
+    from scipy.optimize import linprog
+
+    n = data.n
+    M = data.M.tocsr()
+    m = M.shape[0]
+    tau = eps_abs
+    A = data.A if _has_eq(data) else sp.csr_matrix((0, n))
+    p = A.shape[0]
+    at_lo = np.flatnonzero(np.isfinite(data.lower) & (x <= data.lower + tau))
+    at_up = np.flatnonzero(np.isfinite(data.upper) & (x >= data.upper - tau))
+    D = _order_matrix(data.chains, n) if _has_chains(data) else sp.csr_matrix((0, n))
+    tight = np.flatnonzero(-(D @ x) <= tau)
+    nv = m + p + at_lo.size + at_up.size + tight.size
+    if nv + n > _KKT_LP_MAX:
+        return None
+    scale = kkt_scale(data, x)
+    lo, hi = loss_intervals(data, x, tau)
+    E_lo = sp.csr_matrix((-np.ones(at_lo.size), (at_lo, np.arange(at_lo.size))), shape=(n, at_lo.size))
+    E_up = sp.csr_matrix((np.ones(at_up.size), (at_up, np.arange(at_up.size))), shape=(n, at_up.size))
+    Aeq = sp.hstack([M.T, A.T, E_lo, E_up, D[tight].T]).tocsc()
+    bounds = np.empty((nv, 2))
+    bounds[:m, 0], bounds[:m, 1] = lo / scale, hi / scale
+    bounds[m:m + p] = (-np.inf, np.inf)
+    bounds[m + p:] = (0.0, np.inf)
+    bounds = np.where(np.isinf(bounds), None, bounds)
+    try:
+        res = linprog(np.zeros(nv), A_eq=Aeq, b_eq=np.zeros(n), bounds=bounds.tolist(),
+                      method="highs", options={"primal_feasibility_tolerance": 1e-10,
+                                               "dual_feasibility_tolerance": 1e-10})
+    except (ValueError, MemoryError):
+        return None
+    if res.status != 0 or res.x is None:
+        return None
+    z = res.x * scale
+    w = np.clip(z[:m], lo, hi)
+    duals = {"lower": np.zeros(n), "upper": np.zeros(n)}
+    k = m + p
+    duals["lower"][at_lo] = np.maximum(z[k:k + at_lo.size], 0.0)
+    k += at_lo.size
+    duals["upper"][at_up] = np.maximum(z[k:k + at_up.size], 0.0)
+    k += at_up.size
+    if p:
+        duals["eq"] = z[m:m + p]
+    if _has_chains(data):
+        o = np.zeros(D.shape[0])
+        o[tight] = np.maximum(z[k:], 0.0)
+        duals["order"] = _split_order(data.chains, o)
+    return duals, w
