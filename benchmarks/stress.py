@@ -9,7 +9,12 @@ Clarabel cannot) solve the same cvxpy model; the run counts, per family and kind
 * ``missed_infeasible`` / ``false_infeasible``: the two disagree about feasibility;
 * ``nan``: a NaN or inf result with no error; ``crash``: an exception other than a clear
   ``ValueError``; ``refused``: a ``ValueError`` on valid data;
-* ``inaccurate``: honest non-optimal statuses (not failures, but counted).
+* ``bad_duals``: duals written with an ``optimal`` point that do not certify it: the
+  Lagrangian ``f(x) + sum_i dual_i^T expr_i(x)`` (cvxpy's signs), minimised by Clarabel over
+  the box ``|x| <= 10 max(1, |x*|)`` (so that a dual feasibility off by rounding costs
+  rounding, not an unbounded Lagrangian), must come within ``DUAL_TOL`` of the optimum;
+* ``inaccurate``: honest non-optimal statuses (not failures, but counted); ``no_duals``:
+  ``optimal`` without duals (allowed by the contract, counted).
 
 Only the public API is used, so the same script measures any version of cvxdp.
 
@@ -36,6 +41,7 @@ import cvxdp
 EPS_ABS, EPS_REL = 1e-6, 1e-6
 ROUNDING = 1e-12            # the rounding floor of a violation, relative to its terms
 REF_SLACK = 1e-7            # the reference's own relative accuracy
+DUAL_TOL = 1e-5             # relative Lagrangian gap that duals must reach
 CLARABEL = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=500)
 
 
@@ -255,7 +261,35 @@ def judge(method: str, prob: cp.Problem) -> tuple[str, str]:
     rel = (val - ref_val) / max(1.0, abs(ref_val))
     if viol > EPS_ABS or rel > EPS_REL + REF_SLACK:
         return "false_optimal", f"violation {viol:.2e}, objective {val:.8g} vs {ref_val:.8g}"
-    return "ok", ""
+    return dual_check(prob, ref_val)
+
+
+def dual_check(prob: cp.Problem, ref_val: float) -> tuple[str, str]:
+    """Do the written duals certify the optimum (a Lagrangian lower bound within DUAL_TOL)?"""
+    cons = prob.constraints
+    if not cons or not all(hasattr(c, "expr") for c in cons):
+        return "ok", ""
+    if any(c.dual_value is None for c in cons):
+        return "no_duals", ""
+    lag = prob.objective.expr + sum(cp.sum(cp.multiply(np.asarray(c.dual_value, dtype=float),
+                                                       c.expr)) for c in cons)
+    box = []
+    for v in prob.variables():
+        radius = 10.0 * max(1.0, float(np.max(np.abs(np.asarray(v.value, dtype=float)))))
+        box.append(cp.abs(v) <= radius)
+    inner = cp.Problem(cp.Minimize(lag), box)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            low = inner.solve(solver=cp.CLARABEL, **CLARABEL)
+    except cp.error.SolverError:
+        return "ok", ""                                  # cannot judge
+    if inner.status == cp.UNBOUNDED:
+        return "bad_duals", "the Lagrangian is unbounded below"
+    if inner.status != cp.OPTIMAL:
+        return "ok", ""
+    gap = (ref_val - low) / max(1.0, abs(ref_val))
+    return ("bad_duals", f"Lagrangian gap {gap:.2e}") if gap > DUAL_TOL else ("ok", "")
 
 
 def run(families, per_kind: int, seed: int, show: int) -> int:
@@ -263,7 +297,7 @@ def run(families, per_kind: int, seed: int, show: int) -> int:
     print(f"cvxdp {cvxdp.__version__} stress: {per_kind} instances per kind, seed {seed}")
     print(f"{'family':<15} {'kind':<15} {'n':>5} {'ok':>5} {'inacc':>6} {'noref':>6} "
           f"{'FALSE_OPT':>9} {'MISS_INF':>8} {'FALSE_INF':>9} {'NAN':>4} {'CRASH':>5} "
-          f"{'REFUSED':>7} {'SOLVER_ERR':>10} {'time':>7}")
+          f"{'REFUSED':>7} {'SOLVER_ERR':>10} {'BAD_DUAL':>8} {'nodual':>6} {'time':>7}")
     for fam in families:
         method, kinds = FAMILIES[fam]
         for kind, build in kinds.items():
@@ -275,16 +309,20 @@ def run(families, per_kind: int, seed: int, show: int) -> int:
                 prob = build(rng)
                 outcome, detail = judge(method, prob)
                 counts[outcome] += 1
-                if outcome not in ("ok", "inaccurate", "no_reference") and len(examples[outcome]) < show:
+                counts["ok"] += outcome == "no_duals"
+                if outcome not in ("ok", "inaccurate", "no_reference", "no_duals") \
+                        and len(examples[outcome]) < show:
                     examples[outcome].append(detail)
             bad = sum(counts[k] for k in ("false_optimal", "missed_infeasible", "false_infeasible",
-                                          "nan", "crash", "refused", "solver_error"))
+                                          "nan", "crash", "refused", "solver_error",
+                                          "bad_duals"))
             failures += bad
             print(f"{fam:<15} {kind:<15} {per_kind:>5} {counts['ok']:>5} {counts['inaccurate']:>6} "
                   f"{counts['no_reference']:>6} {counts['false_optimal']:>9} "
                   f"{counts['missed_infeasible']:>8} {counts['false_infeasible']:>9} "
                   f"{counts['nan']:>4} {counts['crash']:>5} {counts['refused']:>7} "
-                  f"{counts['solver_error']:>10} {time.perf_counter() - t0:>6.1f}s", flush=True)
+                  f"{counts['solver_error']:>10} {counts['bad_duals']:>8} {counts['no_duals']:>6} "
+                  f"{time.perf_counter() - t0:>6.1f}s", flush=True)
             for k, ex in examples.items():
                 for e in ex:
                     print(f"    {k}: {e}")
