@@ -342,3 +342,20 @@ def test_reduction_is_exact():
     assert sorted(g) == [0, 3]
     assert red.c[list(red.rows).index(g[0] if c[0] <= c[3] / 9 else 3)] == \
         pytest.approx(min(c[0], c[3] / 9) / np.sum(L[0] ** 2))
+
+
+def test_nearly_rank_deficient_workload():
+    """A singular value 1e-9 of the largest: above the exact rank tolerance, so the exact
+    reduction keeps it, but the optimum is nearly singular.  At eps_rel = 1e-6 the solver
+    first drops it too (an inexact reduction) and keeps the answer because the certificate
+    on the original data meets the tolerance."""
+    W = rank_deficient_ranges(12, seed0=5)
+    Wp = W + 1e-9 * np.random.default_rng(0).normal(size=W.shape)
+    c = np.ones(W.shape[0])
+    B = np.eye(12)
+    ref, status = reference(B, Wp, c)
+    assert status == cp.OPTIMAL
+    settings = dict(eps_rel=1e-6, eps_abs=1e-8)
+    res = solve(FitnessData(B, Wp, c), NewtonSettings(**settings))
+    check_result(res, B, Wp, c, ref, settings=settings)
+    assert res.info["rank"] == 12 and res.info["rank_used"] == 11

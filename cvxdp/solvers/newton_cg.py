@@ -284,6 +284,9 @@ _CG_RTOL = 0.5
 # Lifting a rank-reduced answer back may add this fraction of eps_rel to the privacy cost
 # (fitness_reduce.lift_precision); the stages stop at (1 - 2 * it) * eps_rel to leave room.
 _PAD_FRACTION = 0.02
+# Singular values of the row-normalized workload below this multiple of eps_rel (relative to
+# the largest) are first dropped too (an inexact reduction, kept only if certified).
+_LOOSE_RANK = 1e-2
 
 _COLUMNS = [("stage", "d"), ("newton", "d"), ("beta", ".1e"), ("sq. cost", ".8e"),
             ("lower bnd", ".8e"), ("rel gap", ".2e"), ("cg", "d"), ("time [s]", ".2e")]
@@ -503,6 +506,32 @@ def _violation(v: np.ndarray, c: np.ndarray) -> float:
     return float(max(0.0, np.max(v - c)))
 
 
+def _attempt(d: FitnessData, red, s: NewtonSettings, X: np.ndarray | None, t0: float,
+             table: IterationTable, resume: dict | None, strategy=None) -> dict:
+    """Solve the reduced instance ``red`` from ``X`` (projected) and bring the answer back:
+    lift to a positive definite ``k x k`` matrix, rescale to meet every target on the
+    original data, certify with the original data's dual bound."""
+    dr = FitnessData(red.B, red.L, red.c, d.eta)
+    Xr = project_precision(red, X) if X is not None else None
+    if Xr is None and strategy is not None:
+        try:
+            Xr = project_precision(red, initial_point(d, strategy))
+        except (ValueError, np.linalg.LinAlgError):
+            Xr = None
+    if Xr is None:
+        Xr = uniform_weight_start(dr)
+    if red.rank == 1:
+        core = _closed_form(dr)
+    else:
+        core = _newton(dr, s, Xr, t0, table, (1 - 2 * _PAD_FRACTION) * s.eps_rel, resume)
+    Xfull, delta = lift_precision(red, core["X"], d.B, d.L, d.c, _PAD_FRACTION * s.eps_rel)
+    Xout, p, v = _make_feasible(d, Xfull)
+    lam = lift_multipliers(red, core["lam"])
+    return {"core": core, "X": Xout, "p": p, "v": v, "f": float(p.max()),
+            "lower": dual_bound(d, core["mu"], lam), "lam": lam, "mu": core["mu"],
+            "delta": delta, "red": red}
+
+
 def solve(d: FitnessData, settings: NewtonSettings | None = None,
           X0: np.ndarray | None = None, strategy: np.ndarray | None = None,
           state: dict | None = None) -> SolverResult:
@@ -510,20 +539,29 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
 
     Any workload: the instance is first validated and reduced exactly
     (:mod:`cvxdp.solvers.fitness_reduce`: zero rows dropped, parallel rows merged keeping
-    the tightest target, ``L`` reduced to full column rank ``r``); rank one has a closed
-    form, otherwise stages of damped Newton-CG on the smoothed problem ``F`` (module
-    docstring) run in ``r`` coordinates.  The reduced answer is lifted to a positive definite
-    ``k x k`` ``X``, rescaled until every variance meets its target on the original data
-    (computed by Cholesky), and certified with the original data's dual bound.  ``status``
-    is ``optimal`` only if the returned ``X`` violates no target by more than ``eps_abs``
-    and ``gap = (f - lower_bound) / max(1, |f|) <= eps_rel``; the stages themselves stop on
-    the scale-free relative gap ``(f - lower_bound) / f``, which is at least as strict.
+    the tightest target, ``L`` reduced to full column rank ``r`` with the relative tolerance
+    ``rank_rtol``); rank one has a closed form, otherwise stages of damped Newton-CG on the
+    smoothed problem ``F`` (module docstring) run in ``r`` coordinates.  The reduced answer
+    is lifted to a positive definite ``k x k`` ``X``, rescaled until every variance meets its
+    target on the original data (computed by Cholesky), and certified with the original
+    data's dual bound.  ``status`` is ``optimal`` only if the returned ``X`` violates no
+    target by more than ``eps_abs`` and ``gap = (f - lower_bound) / max(1, |f|) <= eps_rel``;
+    the stages themselves stop on the scale-free relative gap ``(f - lower_bound) / f``,
+    which is at least as strict.
+
+    Nearly rank-deficient workloads (singular values of the row-normalized ``L`` between
+    ``rank_rtol`` and ``_LOOSE_RANK * eps_rel`` of the largest) make the optimal ``X`` nearly
+    singular and Newton's method slow; they are first solved with those directions dropped
+    too, which is no longer exact, so the answer is kept only if the certificate on the
+    original data meets the tolerance; otherwise the exact reduction is solved from it and
+    the better point and the larger bound of the two are returned.
 
     Warm starts: ``X0`` (projected to the reduced coordinates, see
     :func:`~cvxdp.solvers.fitness_reduce.project_precision`) is the first point and the first
     incumbent; one that is not a finite positive definite ``k x k`` matrix is ignored
     (``info["warm_start"]`` says why).  ``state`` (a previous result's ``state`` for the same
-    data) resumes the last stage, which reproduces the previous answer at once.
+    data) resumes the last stage; when its certificate still meets the tolerance the previous
+    answer is returned unchanged, with no Newton step.
 
     Raises ``ValueError`` (naming the argument) for data without an attained optimum: see
     :func:`~cvxdp.solvers.fitness_reduce.validate`."""
@@ -531,69 +569,86 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
     t0 = time.perf_counter()
     validate(d.B, d.L, d.c)
     fp = fingerprint(d.B, d.L, d.c, d.eta)
-    red = reduce(d.B, d.L, d.c, s.rank_rtol, normalize=not d.eta)
-    dr = FitnessData(red.B, red.L, red.c, d.eta)
+    normalize = not d.eta
+    red = reduce(d.B, d.L, d.c, s.rank_rtol, normalize=normalize)
+    sv = red.singular_values
+    loose = _LOOSE_RANK * s.eps_rel
+    tiers = [red]
+    if loose > s.rank_rtol and sv.size and np.any((sv > s.rank_rtol * sv[0]) & (sv <= loose * sv[0])):
+        tiers.insert(0, reduce(d.B, d.L, d.c, loose, normalize=normalize))
     table = IterationTable(_COLUMNS, s.verbose)
     table.header(f"cvxdp NEWTON_CG (SM-II, exact Hessian), k = {d.k}, "
                  f"{d.B.shape[1]} basis columns, {d.L.shape[0]} queries; reduced to rank "
-                 f"{red.rank} with {red.L.shape[0]} distinct queries")
+                 f"{' then '.join(str(t.rank) for t in tiers)} with {red.L.shape[0]} distinct queries")
     setup_time = time.perf_counter() - t0
     warm = "none"
     resume = None
-    if isinstance(state, dict) and state.get("fingerprint") == fp and \
-            state.get("rank") == red.rank and state.get("resume") is not None:
-        resume, warm = state["resume"], "resumed from state"
+    if isinstance(state, dict) and state.get("fingerprint") == fp and state.get("resume") is not None:
+        match = [t for t in tiers if t.rank == state.get("rank")]
+        if match:
+            tiers = match
+            resume, warm = state["resume"], "resumed from state"
     X = None
     if X0 is not None:
-        X = project_precision(red, X0)
-        if X is None:
+        try:
+            X = np.array(X0, dtype=float)
+        except (TypeError, ValueError):
+            X = None
+        if X is None or project_precision(red, X) is None:
+            X = None
             warm = f"ignored: X0 is not a finite positive definite {d.k} x {d.k} matrix"
         elif resume is None:
             warm = "X0"
-    if X is None and strategy is not None:
-        try:
-            X = project_precision(red, initial_point(d, strategy))
-        except (ValueError, np.linalg.LinAlgError):
-            X = None
-    if X is None:
-        X = uniform_weight_start(dr)
-    pad = _PAD_FRACTION * s.eps_rel
-    if red.rank == 1:
-        core = _closed_form(dr)
-    else:
-        core = _newton(dr, s, X, t0, table, (1 - 2 * _PAD_FRACTION) * s.eps_rel, resume)
-    # back to the original coordinates and data: lift, make feasible, certify
-    Xfull, delta = lift_precision(red, core["X"], d.B, d.L, d.c, pad)
-    Xout, p, v = _make_feasible(d, Xfull)
-    f = float(p.max())
+    best = None
+    lower, mu, lam = -math.inf, None, None
+    newton = stages = cg = 0
+    history: list[dict] = []
+    inner_status = R.OPTIMAL
+    for tier in tiers:
+        out = _attempt(d, tier, s, X, t0, table, resume, strategy)
+        core = out["core"]
+        newton += core["newton"]
+        stages += core["stages"]
+        cg += core["cg"]
+        history += [dict(row, rank=tier.rank) for row in core["history"]]
+        inner_status = core["status"]
+        if best is None or out["f"] < best["f"]:
+            best = out
+        if out["lower"] > lower:
+            lower, mu, lam = out["lower"], out["mu"], out["lam"]
+        f = best["f"]
+        if (f - lower) / f <= s.eps_rel and _violation(best["v"], d.c) <= s.eps_abs:
+            break
+        X = best["X"]                         # the next tier starts from the incumbent
+        if time.perf_counter() - t0 > s.time_limit or newton >= s.max_iters:
+            break
+    Xout, p, v, f = best["X"], best["p"], best["v"], best["f"]
     residual = _violation(v, d.c)
-    lam = lift_multipliers(red, core["lam"])
-    lower = dual_bound(d, core["mu"], lam)
     denom = float(lam @ d.c)
     multipliers = (lower / denom) * lam if denom > 0 else lam
     gap = relative_gap(f, lower)
     rel = (f - lower) / f if f > 0 else math.inf
     if residual <= s.eps_abs and gap <= s.eps_rel and rel <= s.eps_rel:
         status = R.OPTIMAL
-    elif core["status"] == R.USER_LIMIT:
+    elif inner_status == R.USER_LIMIT:
         status = R.USER_LIMIT
     else:
         status = R.OPTIMAL_INACCURATE
-    new_state = {"fingerprint": fp, "rank": red.rank, "resume": core["resume"]}
+    used = best["red"]
+    new_state = {"fingerprint": fp, "rank": used.rank, "resume": best["core"]["resume"]}
     res = SolverResult(x=Xout, status=status, objective=f, lower_bound=lower, gap=gap,
-                       primal_residual=residual, iterations=core["newton"],
-                       history=core["history"], setup_time=setup_time,
-                       solve_time=time.perf_counter() - t0,
-                       duals={"variance": multipliers, "cost_weights": core["mu"]},
-                       info={"stages": core["stages"], "cg_iterations": core["cg"],
-                             "beta": core["beta"], "variance_ratio": v / d.c,
+                       primal_residual=residual, iterations=newton, history=history,
+                       setup_time=setup_time, solve_time=time.perf_counter() - t0,
+                       duals={"variance": multipliers, "cost_weights": mu},
+                       info={"stages": stages, "cg_iterations": cg,
+                             "beta": best["core"]["beta"], "variance_ratio": v / d.c,
                              "privacy_terms": p, "relative_gap": rel, "rank": red.rank,
-                             "distinct_queries": int(red.L.shape[0]),
-                             "zero_rows": red.zero_rows, "null_padding": delta,
-                             "closed_form": red.rank == 1, "warm_start": warm},
+                             "rank_used": used.rank, "distinct_queries": int(red.L.shape[0]),
+                             "zero_rows": red.zero_rows, "null_padding": best["delta"],
+                             "closed_form": used.rank == 1, "warm_start": warm},
                        state=new_state)
     table.footer(f"status: {status}, squared privacy cost {f:.10g}, certified gap "
-                 f"{gap:.2e}, {core['newton']} Newton steps, {core['cg']} CG iterations")
+                 f"{gap:.2e}, {newton} Newton steps, {cg} CG iterations")
     return res
 
 
