@@ -169,3 +169,26 @@ def test_hybrid_total_variance_term_trades_cost_for_total_error():
     total_hyb = np.sum(q_hyb * d.c) * hybrid.objective
     assert hybrid.objective >= plain.objective * (1 - 1e-7)
     assert total_hyb <= total_plain * (1 + 1e-6)
+
+
+def test_dual_bound_nuclear_norm_form():
+    """dual_bound computes tr((P^{1/2} Q P^{1/2})^{1/2}) as the nuclear norm of
+    diag(sqrt mu) B^T L^T diag(sqrt lam): equal to the eigenvalue formula on well-conditioned
+    data, and exact (no square roots of rounding-sized eigenvalues) for a rank-one Q."""
+    d, _ = random_instance(7)
+    rng = np.random.default_rng(7)
+    mu = rng.dirichlet(np.ones(d.B.shape[1]))
+    lam = rng.random(d.L.shape[0])
+    P = (d.B * mu) @ d.B.T
+    Q = (d.L.T * lam) @ d.L
+    ev, V = np.linalg.eigh(P)
+    Ph = (V * np.sqrt(ev)) @ V.T
+    T = np.sum(np.sqrt(np.maximum(np.linalg.eigvalsh(Ph @ Q @ Ph), 0)))
+    assert dual_bound(d, mu, lam) == pytest.approx(T * T / (lam @ d.c), rel=1e-10)
+    # rank one: P = b b^T, Q = l l^T / c gives (b . l)^2 / c exactly
+    lam1 = np.zeros(d.L.shape[0])
+    lam1[2] = 1.0
+    mu1 = np.zeros(d.B.shape[1])
+    mu1[4] = 1.0
+    exact = float(d.B[:, 4] @ d.L[2]) ** 2 / d.c[2]
+    assert dual_bound(d, mu1, lam1) == pytest.approx(exact, rel=1e-13)

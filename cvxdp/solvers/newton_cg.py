@@ -47,7 +47,26 @@ the inner minimum is ``2 tr((P^{1/2} Q P^{1/2})^{1/2})`` and maximizing over the
     D(mu, lam) = tr((P^{1/2} Q P^{1/2})^{1/2})^2 / (lam^T c).
 
 The soft-max weights ``mu = softmax(beta p)``, ``lam = softmax(gamma q) / c`` are exactly the
-multipliers the smoothed problem produces, so every stage yields a certified gap.
+multipliers the smoothed problem produces, so every stage yields a certified gap.  The trace
+is computed as the nuclear norm of ``diag(sqrt mu) B^T L^T diag(sqrt lam)`` (two QR
+factorizations and a ``k x k`` SVD, :func:`dual_bound`): square roots of the eigenvalues of
+``P^{1/2} Q P^{1/2}`` turn rounding-sized eigenvalues of a rank-deficient ``Q`` into errors of
+``1e-8`` relative, which made the "bound" exceed the objective.
+
+**Any workload** (:func:`solve`).  The data is validated (``ValueError`` naming the argument
+when no optimum is attained) and reduced exactly by :mod:`cvxdp.solvers.fitness_reduce`:
+zero rows dropped, parallel rows merged with the tightest target, ``L`` reduced to full
+column rank by an SVD with the named relative tolerance ``NewtonSettings.rank_rtol``.  A
+rank-one reduced problem (one query direction, ``k = 1``) has a closed form.  The reduced
+answer is lifted to a positive definite ``X`` (``R^T X' R`` padded on the null space, at a
+privacy cost of at most ``2%`` of ``eps_rel``), scaled until every variance computed by
+Cholesky on the original data meets its target, and certified by the dual bound on the
+original data with the lifted multipliers.  ``status`` is ``optimal`` only when the largest
+violation is at most ``eps_abs`` and the gap ``(f - lower) / max(1, |f|)`` (and the relative
+gap ``(f - lower) / f``, which the stages stop on) is at most ``eps_rel``.  Before this, a
+rank-deficient ``L`` (random ranges over 64 cells, rank 63) drove the precision towards a
+singular matrix: 7 s and a squared cost of 9.42 against the optimum 5.634, with a violated
+target; now 0.2-0.3 s and the certified optimum.
 
 **Hessian-vector product** (``D`` symmetric, ``Z = L X^{-1}`` with rows ``z_i``, ``w``/``u`` the
 two soft-max weight vectors, ``dp_j = b_j^T D b_j``, ``e_i = z_i^T D z_i / c_i``,
