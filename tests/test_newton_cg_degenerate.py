@@ -359,3 +359,28 @@ def test_nearly_rank_deficient_workload():
     res = solve(FitnessData(B, Wp, c), NewtonSettings(**settings))
     check_result(res, B, Wp, c, ref, settings=settings)
     assert res.info["rank"] == 12 and res.info["rank_used"] == 11
+
+
+def test_through_cvxpy_warm_starts_single_query_and_one_cell():
+    W = rank_deficient_ranges(8, seed0=9)
+    c = np.random.default_rng(9).uniform(1, 2, W.shape[0])
+    m = cvxdp.fitness_problem(W, c, basis=np.eye(8))
+    m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-8)
+    assert m.problem.status == cp.OPTIMAL
+    cold = m.problem.value
+    m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-8)      # warm: X.value
+    assert m.problem.status == cp.OPTIMAL and m.problem.value == pytest.approx(cold, rel=1e-9)
+    for bad in (np.zeros((8, 8)), np.full((8, 8), np.nan), -np.eye(8)):
+        m.X.value = bad if np.all(np.isfinite(bad)) and np.all(np.linalg.eigvalsh(bad) >= 0) else None
+        m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-8)
+        assert m.problem.status == cp.OPTIMAL and m.problem.value == pytest.approx(cold, rel=1e-7)
+    # one cell (k = 1) and one query: closed forms through cvxpy
+    m1 = cvxdp.fitness_problem(np.array([[1.0], [3.0], [0.0]]), np.array([1.0, 3.0, 1.0]))
+    m1.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG)
+    assert m1.problem.status == cp.OPTIMAL and m1.problem.value == pytest.approx(3.0, rel=1e-12)
+    mq = cvxdp.fitness_problem(np.array([[1.0, 1.0, 1.0, 0.0]]), 2.0, basis=np.eye(4))
+    mq.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG)
+    assert mq.problem.status == cp.OPTIMAL
+    ours = mq.problem.value
+    mq.problem.solve(solver=cp.CLARABEL, **TIGHT)
+    assert ours == pytest.approx(mq.problem.value, rel=1e-4)

@@ -28,8 +28,9 @@ infinite noise on the directions no query sees.  We return instead
 ``X = R^T X' R + delta N^T N`` (``N`` an orthonormal basis of the null space of ``R``):
 
 * the variance atoms need a positive definite ``X``: ``cvxdp.query_variance`` factors it by
-  Cholesky (it raises on a singular matrix) and ``cvxdp.fitness.mechanism`` inverts it to
-  draw the noise, which is impossible with infinite variance;
+  Cholesky and ``cp.matrix_frac(l, X).value`` inverts it, and both raise ``LinAlgError`` on a
+  singular ``X`` even for ``l`` in its range (checked with cvxpy 1.9); ``cvxdp.fitness.mechanism``
+  inverts it to draw the noise, which is impossible with infinite variance;
 * the extra privacy cost is ``delta max_j |N b_j|^2``, and ``delta`` is chosen (in
   :func:`lift_precision`) so that this is ``pad_fraction`` times the reduced cost, a small
   fraction of the tolerance ``eps_rel``; the extra variance ``|N l_i|^2 / delta`` is zero in
