@@ -8,7 +8,8 @@ the one definition of ``optimal`` shared by all methods:
 
     violation <= eps_abs + ROUNDING * magnitude   and   (f - L) / max(1, |f|) <= eps_rel,
 
-``magnitude`` being the largest absolute value among the constraint's terms.  The second
+``magnitude`` being the largest absolute value among the constraint's arguments and its
+variables (the terms before they cancel).  The second
 term of the first test is the rounding floor of double precision: a sum of counts of 1e9
 cannot be checked to 1e-6 in 16 digits.  A point that fails either test is reported as
 ``optimal_inaccurate`` with the measured numbers, whatever the method believed; a method
@@ -100,12 +101,16 @@ def _constraint_violation(con) -> tuple[float, float]:
     viol = float(np.max(np.asarray(raw, dtype=float), initial=0.0))
     if math.isnan(viol):
         return math.inf, 0.0
-    mag = 0.0
-    for a in getattr(con, "args", ()):
+    # The magnitude of the terms, not of their difference: C x == 0 cancels to ~0, but its
+    # rounding error is relative to x.
+    values = []
+    for leaf in list(getattr(con, "args", ())) + list(con.variables()):
         try:
-            val = a.value
+            values.append(leaf.value)
         except (ValueError, TypeError, np.linalg.LinAlgError, ArithmeticError):
-            val = None
+            continue
+    mag = 0.0
+    for val in values:
         if val is not None:
             arr = val.toarray() if hasattr(val, "toarray") else np.asarray(val, dtype=float)
             mag = max(mag, float(np.max(np.abs(arr), initial=0.0)))
