@@ -82,17 +82,20 @@ MAX_LP_SIZE = 2 ** 21
 # Feasibility / optimality tolerances asked of HiGHS (problem scaled to total 1).
 _HIGHS_TOL = 1e-10
 # Interior point: iterations, stopping tolerance (relative), step-to-boundary fraction,
-# regularisation of the normal equations (relative to their largest diagonal entry).
+# static regularisation of the augmented system (objective scaled to about one, total one)
+# and iterative-refinement steps against the unregularised system.
 _IPM_MAX_ITERS = 200
 _IPM_TOL = 1e-10
 # ... the looser one the best iterate of a stalled run is returned at (no new best for
-# _IPM_STALL iterations: the normal equations lose accuracy as the complementarity vanishes)
-_IPM_LOOSE_TOL = 1e-8
+# _IPM_STALL iterations once it is met: the normal equations lose accuracy as the
+# complementarity vanishes)
+_IPM_LOOSE_TOL = 1e-6
 _IPM_STALL = 5
 # cells below this fraction of the total in an interior-point solution are set to zero
 _IPM_ZERO = 1e-12
 _IPM_STEP = 0.995
-_IPM_REG = 1e-14
+_IPM_REG = 1e-12
+_IPM_REFINE = 10
 
 
 @dataclass
@@ -188,8 +191,13 @@ class LocalPolytopeLP:
         A2 = sp.vstack(rows2).tocsr() if rows2 else sp.csr_matrix((0, ncells))
         w1 = np.concatenate(w1) if w1 else np.zeros(0)
         w2 = np.concatenate(w2) if w2 else np.zeros(0)
-        # objective scale: the largest weight becomes one
-        self.scale = max(float(w1.max(initial=0.0)), float(w2.max(initial=0.0)), 1e-300)
+        # objective scale: the loss of the uniform tables becomes one unit (an interior point
+        # is not invariant to it in floating point: the complementarity must fall to
+        # tol * objective; with the weights as the unit a loss much below N max(w) was lost)
+        uni = np.concatenate([np.full(c, N / c) for c in tree.cells])
+        f_uni = loss.value(self.P @ uni) - loss.constant
+        self.scale = max(f_uni / N, 1e-300) if f_uni > 0 else \
+            max(float(w1.max(initial=0.0)), float(w2.max(initial=0.0)), 1e-300)
         I1, I2 = sp.identity(n1, format="csr"), sp.identity(n2, format="csr")
         Z = sp.csr_matrix
         self.A = sp.bmat([[A1, -I1, I1, Z((n1, n2))],
@@ -237,7 +245,7 @@ class LocalPolytopeLP:
         nb = int(B.sum())
         bnorm, cnorm = 1.0 + float(np.abs(b).max(initial=0.0)), 1.0 + float(np.abs(c).max(initial=0.0))
         ones_B = B.astype(float)
-        K = self.total * self.scale                    # loss units per unit of the objective
+        units = self.total * self.scale                # loss units per unit of the objective
 
         def step_len(v, dv):
             neg = B & (dv < 0)
@@ -248,45 +256,50 @@ class LocalPolytopeLP:
             rd = c + q * z - AT @ y - s
             pobj = float(np.dot(c, z) + 0.5 * np.dot(q * z, z))
             dobj = float(np.dot(b, y) - 0.5 * np.dot(q * z, z))
-            # the gap relative to the objective, which is tiny in these units (loss / K):
+            # the gap relative to the objective, which can be tiny in these units:
             # one loss unit is the floor, as in the certificate's max(1, |f|)
             return rp, rd, max(float(np.abs(rp).max(initial=0.0)) / bnorm,
                                float(np.abs(rd).max(initial=0.0)) / cnorm,
-                               abs(pobj - dobj) / max(abs(pobj), 1.0 / K))
+                               abs(pobj - dobj) / max(abs(pobj), 1.0 / units))
 
-        it, best, best_it = 0, (math.inf, None, None), 0
+        it, best, best_it, fac = 0, (math.inf, None, None), 0, None
         for it in range(1, _IPM_MAX_ITERS + 1):
             rp, rd, acc = accuracy()
             mu = float(np.dot(z[B], s[B])) / max(nb, 1)
+            if globals().get("_DBG"): print(it, acc, np.abs(rp).max()/bnorm, np.abs(rd).max()/cnorm, mu)
             if acc <= _IPM_TOL:
                 return z, y, it
             if acc < best[0]:
                 best, best_it = (acc, z.copy(), y.copy()), it
-            elif it - best_it >= _IPM_STALL:
+            elif it - best_it >= _IPM_STALL and best[0] <= _IPM_LOOSE_TOL:
                 break
             if time.perf_counter() > deadline:
                 return None
             zb = np.where(B, z, 1.0)
-            dinv = 1.0 / (q + np.where(B, s / zb, 0.0))
-            M = (A @ sp.diags(dinv) @ AT).tocsc()
-            reg = _IPM_REG * max(float(M.diagonal().max(initial=0.0)), 1e-300)
-            Mr = (M + reg * sp.identity(m, format="csc")).tocsc()
-            try:
-                fac = qdldl.Solver(Mr)
+            dvec = q + np.where(B, s / zb, 0.0)
+            K = sp.bmat([[sp.diags(-dvec), AT], [A, None]], format="csc")
+            reg = np.concatenate([np.full(nz, -_IPM_REG), np.full(m, _IPM_REG)])
+            Kr = (K + sp.diags(reg)).tocsc()
+            try:                                       # same pattern every iteration: the
+                if fac is None:                        # symbolic analysis (AMD) is done once
+                    fac = qdldl.Solver(Kr)
+                else:
+                    fac.update(Kr)
             except (RuntimeError, ValueError):
                 return None
 
             def solve(rc):
-                # (Q + Z^-1 S) dz - A^T dy = -rd + Z^-1 rc,  A dz = rp
-                h = dinv * (-rd + np.where(B, rc / zb, 0.0))
-                rhs = rp - A @ h
-                dy = fac.solve(rhs)
-                for _ in range(3):                     # refinement against the unregularised M
-                    res = rhs - M @ dy
-                    if np.abs(res).max(initial=0.0) <= 1e-15 * (1.0 + np.abs(rhs).max(initial=0.0)):
+                # -(Q + Z^-1 S) dz + A^T dy = rd - Z^-1 rc,  A dz = rp: the quasi-definite
+                # augmented system, regularised, refined against the exact one
+                rhs = np.concatenate([rd - np.where(B, rc / zb, 0.0), rp])
+                sol = fac.solve(rhs)
+                scale_r = 1.0 + float(np.abs(rhs).max(initial=0.0))
+                for _ in range(_IPM_REFINE):
+                    res = rhs - K @ sol
+                    if np.abs(res).max(initial=0.0) <= 1e-15 * scale_r:
                         break
-                    dy = dy + fac.solve(res)
-                dz = h + dinv * (AT @ dy)
+                    sol = sol + fac.solve(res)
+                dz, dy = sol[:nz], sol[nz:]
                 ds = np.where(B, (rc - s * dz) / zb, 0.0)
                 return dz, dy, ds
 
