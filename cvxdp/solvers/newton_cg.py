@@ -543,8 +543,18 @@ def _attempt(d: FitnessData, red, s: NewtonSettings, X: np.ndarray | None, t0: f
         core = _closed_form(dr)
     else:
         core = _newton(dr, s, Xr, t0, table, (1 - 2 * _PAD_FRACTION) * s.eps_rel, resume)
-    Xfull, delta = lift_precision(red, core["X"], d.B, d.L, d.c, _PAD_FRACTION * s.eps_rel)
-    Xout, p, v = _make_feasible(d, Xfull)
+    pad = _PAD_FRACTION * s.eps_rel
+    for attempt in range(4):
+        Xfull, delta = lift_precision(red, core["X"], d.B, d.L, d.c, pad)
+        try:
+            Xout, p, v = _make_feasible(d, Xfull)
+            break
+        except np.linalg.LinAlgError:
+            # rounding left the padded matrix numerically singular: pad more (the certificate
+            # below reports what this costs)
+            if attempt == 3:
+                raise
+            pad *= 100.0
     lam = lift_multipliers(red, core["lam"])
     return {"core": core, "X": Xout, "p": p, "v": v, "f": float(p.max()),
             "lower": dual_bound(d, core["mu"], lam), "lam": lam, "mu": core["mu"],
