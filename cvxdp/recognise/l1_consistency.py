@@ -40,6 +40,7 @@ from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
 from ..solvers.admm import ConsistencyData
 from ..solvers.isotonic import Chains
+from ..solvers.tree import forest_from_queries
 
 from ..errors import NotRecognised
 from .affine import Linearizer, constant_value
@@ -199,8 +200,13 @@ def recognise(problem: cp.Problem) -> Extraction:
 
     A = sp.vstack(A_rows).tocsr() if A_rows else None
     b = np.concatenate(b_rows) if b_rows else None
-    ext.data = ConsistencyData(n=n, M=Mall.tocsr(), y=yall, w1=w1, w2=w2, lower=lower, upper=upper,
-                               A=A, b=b, chains=chains, constant=constant[0])
+    Mall = Mall.tocsr()
+    # A hierarchy written over the leaf counts (rows of M: indicators of a laminar family
+    # of leaf sets, e.g. cvxdp.nll of a measurement through tree.queries): the solver
+    # works in node space with the O(n) tree projection instead of factorizing M^T M.
+    lift = forest_from_queries(Mall) if chains is None and Mall.nnz > Mall.shape[0] else None
+    ext.data = ConsistencyData(n=n, M=Mall, y=yall, w1=w1, w2=w2, lower=lower, upper=upper,
+                               A=A, b=b, chains=chains, constant=constant[0], lift=lift)
     return ext
 
 

@@ -655,3 +655,74 @@ def kkt_dual_lp(data, x, eps_abs: float, w_ref=None):
         o[tight] = np.maximum(z[k:], 0.0)
         duals["order"] = _split_order(data.chains, o)
     return duals, w
+
+
+def dual_bound_lp(data, x, eps_abs: float):
+    """A certified lower bound from an LP over the multipliers, for a near-optimal ``x``.
+
+    The loss multipliers of smooth rows are fixed at the gradient at ``x`` (elastic-net
+    and squared rows away from their kink); those of pure-L1 rows and of elastic-net
+    rows at a kink are LP variables in ``[-w1, w1]``, where ``phi^*`` vanishes.  Over
+    these, ``yA``, ``o >= 0`` and the bound multipliers, HiGHS maximizes the Lagrangian
+    dual value subject to exact stationarity.  Any feasible point is a lower bound
+    (weak duality); at the LP optimum it is the best one with the fixed part.
+    Returns ``(bound, duals, w)`` or ``None``."""
+    from scipy.optimize import linprog
+
+    n = data.n
+    M = data.M.tocsr()
+    m = M.shape[0]
+    r = M @ x - data.y
+    w1, w2 = data.w1, data.w2
+    rowsum = np.asarray(abs(M).sum(axis=1)).ravel()
+    kink = (w1 > 0) & (np.abs(r) <= eps_abs * np.maximum(rowsum, 1.0))
+    var = (w1 > 0) & ((w2 == 0) | kink)
+    fixed = ~var
+    u_fix = np.where(fixed, w2 * r + w1 * np.sign(r), 0.0)
+    conj_fixed = SeparableLoss(np.zeros(m), w1, w2, np.full(m, -np.inf), np.full(m, np.inf)).conjugate(u_fix)
+    const = -float(np.sum(conj_fixed[fixed])) - float(u_fix[fixed] @ data.y[fixed]) + data.constant
+    A = data.A if _has_eq(data) else sp.csr_matrix((0, n))
+    p = A.shape[0]
+    D = _order_matrix(data.chains, n) if _has_chains(data) else sp.csr_matrix((0, n))
+    k = D.shape[0]
+    i_lo = np.flatnonzero(np.isfinite(data.lower))
+    i_up = np.flatnonzero(np.isfinite(data.upper))
+    iv = np.flatnonzero(var)
+    nv = iv.size + p + k + i_lo.size + i_up.size
+    if nv + n > _KKT_LP_MAX:
+        return None
+    scale = kkt_scale(data, x)
+    E_lo = sp.csr_matrix((-np.ones(i_lo.size), (i_lo, np.arange(i_lo.size))), shape=(n, i_lo.size))
+    E_up = sp.csr_matrix((np.ones(i_up.size), (i_up, np.arange(i_up.size))), shape=(n, i_up.size))
+    Aeq = sp.hstack([M.T[:, iv] if iv.size else sp.csr_matrix((n, 0)), A.T, D.T, E_lo, E_up]).tocsc()
+    beq = -(M.T @ u_fix) / scale
+    # maximize -u_v^T y_v - b^T yA + l^T s_lo - u^T s_up  ->  minimize the negative
+    cost = np.r_[data.y[iv], data.b if p else np.zeros(0), np.zeros(k), -data.lower[i_lo], data.upper[i_up]]
+    bounds = [(-w1[i] / scale, w1[i] / scale) for i in iv] + [(None, None)] * p + [(0, None)] * (k + i_lo.size + i_up.size)
+    try:
+        res = linprog(cost, A_eq=Aeq, b_eq=beq, bounds=bounds, method="highs",
+                      options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+    except (ValueError, MemoryError):
+        return None
+    if res.status != 0 or res.x is None:
+        return None
+    z = res.x * scale
+    w = u_fix.copy()
+    w[iv] = np.clip(z[:iv.size], -w1[iv], w1[iv])
+    j = iv.size
+    duals = {"lower": np.zeros(n), "upper": np.zeros(n)}
+    if p:
+        duals["eq"] = z[j:j + p]
+    j += p
+    if k:
+        duals["order"] = _split_order(data.chains, np.maximum(z[j:j + k], 0.0))
+    j += k
+    duals["lower"][i_lo] = np.maximum(z[j:j + i_lo.size], 0.0)
+    j += i_lo.size
+    duals["upper"][i_up] = np.maximum(z[j:j + i_up.size], 0.0)
+    bound = lagrangian_bound(data, duals, w)
+    stat = float(np.max(np.abs(M.T @ w + _constraint_gradient(data, duals)), initial=0.0)) / scale
+    if not math.isfinite(bound) or stat > 1e-8:
+        return None
+    del const
+    return bound, duals, w

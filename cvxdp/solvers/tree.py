@@ -498,3 +498,96 @@ def _orient_pairs(cols, first, is_parent_entry, row_id, n):
             fixed_parent[par] = fixed_child[kid] = True
         pending = rest
     return np.where(choice == 0, first, first + 1)
+
+
+def ancestor_sums(forest: Forest, s: np.ndarray) -> np.ndarray:
+    """``t_v = sum of s over v and its ancestors`` (top down, one pass per level)."""
+    sp_ = forest._to_bfs(s)
+    out = sp_.copy()
+    for d in range(1, forest.n_levels):
+        a, e = forest.level_bounds[d], forest.level_bounds[d + 1]
+        out[a:e] += forest._expand(d, out[forest._parent_slices[d]])
+    return forest._from_bfs(out)
+
+
+class TreeQueries:
+    """A measurement matrix whose rows are (scaled) indicators of a laminar family of
+    sets of columns: the query matrix of a hierarchy written over the leaf counts.
+
+    Node space: one node per row and one leaf node per column that is not itself a
+    singleton row; a node's parent is the smallest row set strictly containing it.
+    Then ``M x`` is ``row_scale * z[:m]`` for the consistent node vector ``z`` whose
+    leaves are ``x`` (``z = Q x``), and ``x = z[leaf_node]``.
+    """
+
+    def __init__(self, forest: Forest, leaf_node: np.ndarray, row_scale: np.ndarray, m: int) -> None:
+        self.forest = forest
+        self.leaf_node = leaf_node
+        self.row_scale = row_scale
+        self.m = m
+        self.n_nodes = forest.n
+
+    def nodes_from_leaves(self, x: np.ndarray) -> np.ndarray:
+        z = np.zeros(self.n_nodes)
+        z[self.leaf_node] = x
+        return self.forest.sum_up(z)
+
+    def bounds_from_leaves(self, lo: np.ndarray, up: np.ndarray):
+        """Leaf bounds, and on every internal node the (implied) sums of its leaves'."""
+        L = np.zeros(self.n_nodes)
+        U = np.zeros(self.n_nodes)
+        L[self.leaf_node] = lo
+        U[self.leaf_node] = up
+        with np.errstate(invalid="ignore"):
+            L = self.forest.sum_up(L)
+            U = self.forest.sum_up(U)
+        L = np.where(np.isnan(L), -np.inf, L)
+        U = np.where(np.isnan(U), np.inf, U)
+        return L, U
+
+
+def forest_from_queries(M: sp.spmatrix) -> TreeQueries | None:
+    """Recognise ``M`` as a :class:`TreeQueries` (``None`` if it is not one: a row with
+    unequal entries, sets that overlap without nesting, or no row with two or more
+    columns).  A set repeated in several rows becomes a chain of single-child nodes."""
+    M = sp.csr_matrix(M)
+    M.sum_duplicates()
+    M.eliminate_zeros()
+    m, n = M.shape
+    size = np.diff(M.indptr)
+    if m == 0 or np.any(size == 0) or size.max() < 2:
+        return None
+    row_of = np.repeat(np.arange(m), size)
+    first = M.data[M.indptr[:-1]]
+    if not np.allclose(M.data, first[row_of], rtol=_PATTERN_RTOL, atol=0):
+        return None
+    cols = M.indices
+    # entries sorted by column, then by the size of their row set (equal sets: by row,
+    # so that a repeated set becomes a chain of single-child nodes)
+    order = np.lexsort((row_of, size[row_of], cols))
+    c_s, r_s = cols[order], row_of[order]
+    same_col = np.r_[c_s[1:] == c_s[:-1], False]
+    nxt = np.where(same_col, np.r_[r_s[1:], -1], -1)         # next larger set containing the column
+    pmin = np.full(m, np.iinfo(np.int64).max)
+    pmax = np.full(m, -2)
+    np.minimum.at(pmin, r_s, nxt)
+    np.maximum.at(pmax, r_s, nxt)
+    if np.any(pmin != pmax):
+        return None                                          # not laminar
+    parent_rows = pmin
+    # leaves: a singleton row is its column's leaf; other columns get a new node whose
+    # parent is the smallest row containing them (or none)
+    col_start = np.r_[True, c_s[1:] != c_s[:-1]]
+    smallest = np.full(n, -1)
+    smallest[c_s[col_start]] = r_s[col_start]
+    leaf_node = np.empty(n, dtype=np.int64)
+    is_single = (smallest >= 0) & (size[np.maximum(smallest, 0)] == 1)
+    leaf_node[is_single] = smallest[is_single]
+    extra = np.flatnonzero(~is_single)
+    leaf_node[extra] = m + np.arange(extra.size)
+    parent = np.r_[parent_rows, smallest[extra]].astype(np.int64)
+    try:
+        forest = Forest(parent)
+    except ValueError:
+        return None
+    return TreeQueries(forest, leaf_node, first.astype(float), m)
