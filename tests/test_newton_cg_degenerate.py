@@ -384,3 +384,19 @@ def test_through_cvxpy_warm_starts_single_query_and_one_cell():
     ours = mq.problem.value
     mq.problem.solve(solver=cp.CLARABEL, **TIGHT)
     assert ours == pytest.approx(mq.problem.value, rel=1e-4)
+
+
+def test_problem_two_duals_match_clarabel():
+    """On the prefix workload (unique multipliers) Problem 2's duals equal Clarabel's."""
+    d_ = 5
+    L, B, c, rho = np.tril(np.ones((d_, d_))), np.eye(d_), np.linspace(1.0, 2.0, d_), 2.0
+    res = solve_privacy_bound(FitnessData(B, L, c), rho, NewtonSettings(eps_rel=1e-10))
+    X = cp.Variable((d_, d_), PSD=True)
+    s = cp.Variable()
+    var = [cp.matrix_frac(L[i], X) <= s * c[i] for i in range(d_)]
+    cost = cvxdp.privacy_cost(B, X) <= rho
+    prob = cp.Problem(cp.Minimize(s), var + [cost])
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    assert res.objective == pytest.approx(prob.value, rel=1e-7)
+    np.testing.assert_allclose(res.duals["variance"], [float(con.dual_value) for con in var], atol=1e-5)
+    assert res.duals["privacy"] == pytest.approx(float(cost.dual_value), rel=1e-4)
