@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -155,13 +154,11 @@ def test_range_nodes_uses_high_nodes():
                                                     (12, 14), (14, 15)]
 
 
-def test_hierarchy_large_is_fast():
-    t = time.perf_counter()
+def test_hierarchy_large_builds_sparse():
+    # no timing assert (timings belong in benchmarks/); the sizes say nothing dense was built
     H = W.hierarchy(2 ** 20, 2)
     Q = H.queries
-    elapsed = time.perf_counter() - t
     assert Q.shape == (2 ** 21 - 1, 2 ** 20) and Q.nnz == 21 * 2 ** 20
-    assert elapsed < 5.0
     assert H.range_nodes(3, 2 ** 20 - 5).size <= 2 * 21
 
 
