@@ -19,8 +19,12 @@ L1 residual into ``p - q`` (``p, q >= 0``) and naming each L2 residual ``v`` (fr
 a linear program when there is no L2 row.  It is solved in the units ``x = N u`` (total one).
 
 * **Pure L1: a linear program**, solved exactly by HiGHS (``scipy.optimize.linprog(method=
-  "highs")``, simplex or interior point with crossover), cold: the LP has no use for the
-  mirror-descent iterate, and HiGHS' presolve takes most of the model apart anyway.
+  "highs-ipm")``: interior point, then crossover to an optimal vertex with its basis duals),
+  cold: the LP has no use for the mirror-descent iterate, and HiGHS' presolve takes much of
+  the model apart anyway.  Measured on Adult marginals (all pairs of 4-5 attributes) the
+  interior point matches the dual simplex up to 30,000 columns (0.1-8 s) and is far ahead
+  beyond (93,000 columns, a 90,720-cell clique: 26 s; the dual simplex had not finished in
+  300 s).  Should HiGHS fail, the interior point below is tried on the LP.
 * **Mixed L1 + L2: a convex QP with a diagonal Hessian** (``W2`` on ``v``), solved by a
   primal-dual interior-point method with Mehrotra's predictor-corrector (Nocedal & Wright,
   2006, algorithm 16.4 for the QP), written here on numpy / scipy: each Newton step eliminates
@@ -216,7 +220,7 @@ class LocalPolytopeLP:
         opts = dict(primal_feasibility_tolerance=_HIGHS_TOL, dual_feasibility_tolerance=_HIGHS_TOL)
         if math.isfinite(time_limit):
             opts["time_limit"] = max(float(time_limit), 0.01)
-        res = linprog(self.c, A_eq=self.A.tocsc(), b_eq=self.b, bounds=(0, None), method="highs",
+        res = linprog(self.c, A_eq=self.A.tocsc(), b_eq=self.b, bounds=(0, None), method="highs-ipm",
                       options=opts)
         if res.status != 0 or res.x is None:
             return None

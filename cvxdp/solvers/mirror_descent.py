@@ -98,7 +98,7 @@ _POLISH_MIN_SECONDS = 5.0
 # The exact L1 / mixed solve is tried once (it does not depend on the iterate, so a retry
 # would give the same answer) with at least this many seconds: mirror descent alone rarely
 # certifies an L1 optimum, so this is usually the only way to status optimal.
-_LP_MIN_SECONDS = 30.0
+_LP_MIN_SECONDS = 60.0
 
 
 @dataclass
