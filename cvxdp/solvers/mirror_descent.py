@@ -225,6 +225,13 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
         polish_at = s.polish_start if s.polish else None
     polish_log: list[dict] = []
     duals: dict[str, np.ndarray] = {}
+    lp_fallback: list[tuple[float, LPResult]] = []
+
+    def keep_lp(pol: LPResult) -> None:
+        nonlocal polished, mu
+        polished, mu = pol, pol.mu
+        duals.update(local_nonneg=pol.s, local_consistency=pol.nu,
+                     loss=np.concatenate(pol.lams) if pol.lams else np.zeros(0))
 
     def try_lp_polish():
         """The exact solve of an L1 / mixed loss (:mod:`cvxdp.solvers.marginal_lp`), once:
@@ -260,10 +267,9 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
         if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
             table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: certified gap "
                          f"{entry['gap']:.1e}; mirror descent continues")
+            lp_fallback.append((f_p, pol))             # returned if mirror descent ends worse
             return None
-        polished, mu = pol, pol.mu
-        duals.update(local_nonneg=pol.s, local_consistency=pol.nu,
-                     loss=np.concatenate(pol.lams) if pol.lams else np.zeros(0))
+        keep_lp(pol)
         row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": entry["gap"]},
                    time=time.perf_counter() - t_start)
         history.append(dict(row, polished=True))
@@ -404,6 +410,9 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
             it += 1
             if it % s.check_every == 0 or it == s.max_iters:
                 f_mu, g_mu, lams = loss.value_grad(mu, tau)
+    if polished is None and lp_fallback and status != R.OPTIMAL and lp_fallback[0][0] < loss.value(mu):
+        keep_lp(lp_fallback[0][1])           # an uncertified exact solve beats the last iterate
+        table.footer("the exact L1 solve's point has the lower loss: it is returned")
     if polished is not None:
         model_theta = None
     f_final = loss.value(mu)
