@@ -26,6 +26,9 @@ OPTIONS = OptionSet.build(NAME, max_iters=newton_cg.NewtonSettings.max_iters, ep
     Option("total_variance_weight", "number", 0.0,
            "eta: weight of the total variance added to the objective (the paper's hybrid "
            "objective, sec. 6.1)", low=0, high=math.inf, high_open=True),
+    Option("rank_rtol", "number", newton_cg.NewtonSettings.rank_rtol,
+           "relative singular-value threshold below which a workload direction counts as "
+           "absent (the exact rank reduction L = L' R)", low=0, high=1e-2, low_open=True),
     Option("strategy", "array", None,
            "a strategy matrix (in basis coordinates) to initialize from (sec. 6.3)",
            nullable=True),
@@ -42,50 +45,53 @@ class NewtonCGMethod:
     def solve(self, problem: cp.Problem, ext: FitnessExtraction, settings: Settings, *,
               cached: Any) -> Outcome:
         d = newton_cg.FitnessData(ext.B, ext.L, ext.c, settings.total_variance_weight)
+        # The solver's own feasibility test is stricter than the contract's eps_abs: the
+        # rescale that makes X feasible is exact, so the returned point never needs slack.
         solver_settings = newton_cg.NewtonSettings(
             max_iters=settings.max_iters, eps_rel=settings.eps_rel,
+            eps_abs=min(settings.eps_abs, newton_cg.NewtonSettings.eps_abs),
             time_limit=settings.time_limit, verbose=settings.verbose,
-            callback=settings.callback, growth=settings.growth, cg_max=settings.cg_max)
-        X0 = None
-        if settings.warm_start and ext.X.value is not None:
-            X0 = np.array(ext.X.value, dtype=float)
-            if X0.shape != (d.k, d.k) or not np.all(np.isfinite(X0)):
-                X0 = None
-            else:
-                try:
-                    np.linalg.cholesky((X0 + X0.T) / 2)
-                except np.linalg.LinAlgError:
-                    X0 = None
-        res = newton_cg.solve(d, solver_settings, X0=X0, strategy=settings.strategy)
-        info = {"squared_privacy_cost": res.objective, "stages": res.info.get("stages"),
-                "cg_iterations": res.info.get("cg_iterations")}
+            callback=settings.callback, growth=settings.growth, cg_max=settings.cg_max,
+            rank_rtol=settings.rank_rtol)
+        # Bad warm starts (wrong shape, not positive definite, NaN) are ignored by the solver.
+        X0 = ext.X.value if settings.warm_start else None
+        state = cached if settings.warm_start and isinstance(cached, dict) else None
+        if ext.problem == 1:
+            res = newton_cg.solve(d, solver_settings, X0=X0, strategy=settings.strategy,
+                                  state=state)
+        else:
+            X0 = None if X0 is None or ext.s.value is None else X0
+            res = newton_cg.solve_privacy_bound(d, ext.rho, solver_settings, X0=X0,
+                                                strategy=settings.strategy, state=state)
+        info = {"squared_privacy_cost": res.objective if ext.problem == 1 else None}
+        for key in ("stages", "cg_iterations", "rank", "rank_used", "distinct_queries",
+                    "zero_rows", "null_padding", "closed_form", "warm_start"):
+            info[key] = res.info.get(key)
         present = res.status in SOLUTION_PRESENT and res.x is not None
         primal: dict[int, Any] = {}
         duals: dict[int, Any] = {}
         objective, lower = math.inf, -math.inf
         if present:
-            X = res.x
-            lam = res.duals["variance"]         # Problem 1, objective = privacy cost
-            if ext.problem == 1:
-                primal[ext.X.id] = X
+            lam = res.duals["variance"]
+            primal[ext.X.id] = res.x
+            if ext.problem == 1:              # objective = scale * privacy cost
                 objective, lower = ext.scale * res.objective, ext.scale * res.lower_bound
                 for con, rows in ext.variance_constraints:
                     duals[con.id] = _shape(con, ext.scale * lam[rows])
-            else:
-                kappa = ext.rho / res.objective
-                primal[ext.X.id] = kappa * X
-                primal[ext.s.id] = 1.0 / kappa
-                objective, lower = 1.0 / kappa, res.lower_bound / ext.rho
-                a = 1.0 / float(lam @ d.c)
+            else:                             # objective = s
+                primal[ext.s.id] = res.objective
+                objective, lower = res.objective, res.lower_bound
                 for con, rows in ext.variance_constraints:
-                    duals[con.id] = _shape(con, a * lam[rows])
-                duals[ext.cost_constraint.id] = a / kappa ** 2
-            for con in ext.psd_constraints:
+                    duals[con.id] = _shape(con, lam[rows])
+                duals[ext.cost_constraint.id] = float(res.duals["privacy"])
+            for con in ext.psd_constraints:   # X is positive definite: the cone is inactive
                 duals[con.id] = np.zeros(con.args[0].shape)
+        warm = res.info.get("warm_start") in ("X0", "resumed from state")
         return Outcome(status=res.status, primal=primal, objective=objective,
-                       iterations=res.iterations, solve_time=res.solve_time, setup_time=0.0,
-                       lower_bound=lower, history=res.history, duals=duals,
-                       duals_certified=bool(duals), warm_started=X0 is not None, info=info)
+                       iterations=res.iterations, solve_time=res.solve_time,
+                       setup_time=res.setup_time, lower_bound=lower, history=res.history,
+                       duals=duals, duals_certified=bool(duals), state=res.state or None,
+                       warm_started=warm, info=info)
 
 
 def _shape(con, vals: np.ndarray):
