@@ -333,6 +333,19 @@ def make(kind: str, seed: int) -> Instance:
         w1, w2 = _loss_weights(rng, Mq.shape[0], loss, scale)
         A, b = (np.ones((1, n)), [truth.sum()]) if rng.random() < 0.6 else (None, None)
         return Instance(Mq, y, w1, w2, A, b, lo=np.zeros(n))
+    if kind == "lifted":                     # a hierarchy over the leaf counts: node space
+        n_leaves = int(rng.integers(2, 13))
+        tree = cvxdp.workloads.hierarchy(n_leaves, int(rng.integers(2, 4)))
+        Q = sp.csr_matrix(tree.queries)
+        truth = rng.poisson(3.0, n_leaves) * (rng.random(n_leaves) < 0.6).astype(float)
+        y = Q @ truth + rng.laplace(scale=scale, size=Q.shape[0])
+        w1, w2 = _loss_weights(rng, Q.shape[0], loss, scale)
+        lo = np.zeros(n_leaves) if rng.random() < 0.8 else None
+        up = np.full(n_leaves, truth.max() + 1.0) if rng.random() < 0.25 else None
+        A = b = None
+        if rng.random() < 0.3:
+            A, b = np.ones((1, n_leaves)), [truth.sum()]
+        return Instance(Q, y, w1, w2, A, b, lo=lo, up=up)
     if kind == "contradicting":              # must be reported infeasible
         n = int(rng.integers(2, 6))
         general = seed % 2 == 0
@@ -351,7 +364,7 @@ def make(kind: str, seed: int) -> Instance:
 
 
 KINDS = {"tree": 30, "order": 30, "rank_deficient": 24, "tiny": 30, "scales": 24,
-         "general": 24, "contradicting": 12}
+         "general": 24, "lifted": 24, "contradicting": 12}
 
 
 def run_kind(kind: str, seeds) -> list[str]:
