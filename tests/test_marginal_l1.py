@@ -341,3 +341,22 @@ def test_an_uncertified_exact_solve_is_kept_when_mirror_descent_ends_worse(monke
     assert prob.status == "optimal_inaccurate" and st["info"]["polished"]
     assert ours < plain and st["lower_bound"] <= ours
     assert_feasible(mp, mus, N)
+
+
+@pytest.mark.parametrize("method", ["highs", "ipm"])
+def test_rows_of_weight_zero_play_no_part(method):
+    tree = JunctionTree([3, 4, 2], [(0, 1), (1, 2)])
+    rng = np.random.default_rng(4)
+    b = [rng.normal(4, 3, 12), rng.normal(6, 3, 8)]
+    w0 = np.where(rng.random(12) < 0.5, 0.0, 1.0)
+    full = MarginalLoss([LossTerm("l1", slice(0, 12), b[0], w0), LossTerm("l1", slice(12, 20), b[1], 0.7)], 20)
+    keep = np.flatnonzero(w0)
+    A = np.eye(20)[keep]
+    part = MarginalLoss([LossTerm("l1", A, b[0][keep], 1.0), LossTerm("l1", slice(12, 20), b[1], 0.7)], 20)
+    P = MarginalProblem(tree, full, 48.0)
+    r_full = LocalPolytopeLP(tree, full, 48.0).solve(method=method)
+    r_part = LocalPolytopeLP(tree, part, 48.0).solve(method=method)
+    f = full.value(r_full.mu)
+    assert f == pytest.approx(part.value(r_part.mu), rel=1e-9)
+    assert np.all(r_full.lams[0][w0 == 0] == 0)
+    assert f - P.lower_bound(r_full.lams) <= 1e-9 * f

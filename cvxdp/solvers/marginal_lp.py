@@ -163,7 +163,7 @@ class LocalPolytopeLP:
         if loss.smooth:
             raise ValueError("LocalPolytopeLP: the loss has no L1 term (the QP polish covers it)")
         self.tree, self.loss, self.total = tree, loss, float(total)
-        n1 = sum(t.b.size for t in loss.terms if t.kind == "l1")
+        n1 = sum(int(np.count_nonzero(t.w)) for t in loss.terms if t.kind == "l1")
         n2 = sum(int(np.count_nonzero(t.w)) for t in loss.terms if t.kind == "l2")
         ncells = int(sum(tree.cells))
         size = ncells + 2 * n1 + n2
@@ -176,18 +176,17 @@ class LocalPolytopeLP:
         self.pure = n2 == 0
         N = self.total
         rows1, b1, w1, rows2, b2, w2 = [], [], [], [], [], []
-        self._term_keep = []                          # per term: the l2 rows with w > 0
+        self._term_keep = []                          # per term: its rows with w > 0
         for t in loss.terms:
             A = sp.identity(loss.n, format="csr")[t.A] if isinstance(t.A, slice) else t.A
             AP = (A @ self.P).tocsr()
+            keep = np.flatnonzero(t.w > 0)            # rows of weight zero play no part
+            self._term_keep.append(keep)
             if t.kind == "l1":
-                self._term_keep.append(None)
-                rows1.append(AP)
-                b1.append(t.b / N)
-                w1.append(t.w)
+                rows1.append(AP[keep])
+                b1.append(t.b[keep] / N)
+                w1.append(t.w[keep])
             else:
-                keep = np.flatnonzero(t.w > 0)
-                self._term_keep.append(keep)
                 rows2.append(AP[keep])
                 b2.append(t.b[keep] / N)
                 w2.append(t.w[keep] * N)              # (N w/2) r~^2 per unit of N
@@ -360,8 +359,9 @@ class LocalPolytopeLP:
         lams, lams_y, k1, k2 = [], [], 0, n1
         for t, keep in zip(self.loss.terms, self._term_keep):
             if t.kind == "l1":
-                lam = np.clip(-self.scale * y[k1:k1 + t.b.size], -t.w, t.w)
-                k1 += t.b.size
+                lam = np.zeros(t.b.size)
+                lam[keep] = np.clip(-self.scale * y[k1:k1 + keep.size], -t.w[keep], t.w[keep])
+                k1 += keep.size
                 lams.append(lam)
                 lams_y.append(lam)
             else:
