@@ -29,8 +29,8 @@ a linear program when there is no L2 row.  It is solved in the units ``x = N u``
   primal-dual interior-point method with Mehrotra's predictor-corrector (Nocedal & Wright,
   2006, algorithm 16.4 for the QP), written here on numpy / scipy: each Newton step solves the
   quasi-definite augmented system ``[-D, A^T; A, 0] (dz, dy) = (.., ..)`` with the diagonal
-  ``D = Q + Z^{-1} S``, statically regularised (``-/+ 1e-12`` on the diagonal) so that an
-  LDL^T factorisation exists in any symmetric order (QDLDL with AMD, the symbolic analysis done
+  ``D = Q + Z^{-1} S``, regularised (``-/+ 1e-12`` on the diagonal, raised to 1e-9 and 1e-6 if a
+  direction comes out non-finite) so that an LDL^T factorisation exists in any symmetric order (QDLDL with AMD, the symbolic analysis done
   once as the pattern never changes), then refined against the exact system.  (The normal
   equations ``A D^{-1} A^T`` were tried first: as ``D`` spans 1e-20 .. 1e20 near the optimum
   they lost the primal residual to 1e-7; the augmented system keeps it at roundoff.)  The
@@ -93,8 +93,8 @@ MAX_LP_SIZE = 2 ** 21
 # Feasibility / optimality tolerances asked of HiGHS (problem scaled to total 1).
 _HIGHS_TOL = 1e-10
 # Interior point: iterations, stopping tolerance (relative), step-to-boundary fraction,
-# static regularisation of the augmented system (objective scaled to about one, total one)
-# and iterative-refinement steps against the unregularised system.
+# regularisations of the augmented system tried in turn (objective scaled to about one,
+# total one) and iterative-refinement steps against the unregularised system.
 _IPM_MAX_ITERS = 200
 _IPM_TOL = 1e-10
 # ... the looser one the best iterate of a stalled run is returned at (no new best for
@@ -105,7 +105,7 @@ _IPM_STALL = 5
 # cells below this fraction of the total in an interior-point solution are set to zero
 _IPM_ZERO = 1e-12
 _IPM_STEP = 0.995
-_IPM_REG = 1e-12
+_IPM_REGS = (1e-12, 1e-9, 1e-6)
 _IPM_REFINE = 10
 
 
@@ -287,42 +287,45 @@ class LocalPolytopeLP:
             zb = np.where(B, z, 1.0)
             dvec = q + np.where(B, s / zb, 0.0)
             K = sp.bmat([[sp.diags(-dvec), AT], [A, None]], format="csc")
-            reg = np.concatenate([np.full(nz, -_IPM_REG), np.full(m, _IPM_REG)])
-            Kr = (K + sp.diags(reg)).tocsc()
-            try:                                       # same pattern every iteration: the
-                if fac is None:                        # symbolic analysis (AMD) is done once
-                    fac = qdldl.Solver(Kr)
-                else:
-                    fac.update(Kr)
-            except (RuntimeError, ValueError):
-                return None
+            for delta in _IPM_REGS:                    # dynamic regularisation: larger on failure
+                reg = np.concatenate([np.full(nz, -delta), np.full(m, delta)])
+                Kr = (K + sp.diags(reg)).tocsc()
+                try:                                   # same pattern every iteration: the
+                    if fac is None:                    # symbolic analysis (AMD) is done once
+                        fac = qdldl.Solver(Kr)
+                    else:
+                        fac.update(Kr)
+                except (RuntimeError, ValueError):
+                    continue
 
-            def solve(rc):
-                # -(Q + Z^-1 S) dz + A^T dy = rd - Z^-1 rc,  A dz = rp: the quasi-definite
-                # augmented system, regularised, refined against the exact one
-                rhs = np.concatenate([rd - np.where(B, rc / zb, 0.0), rp])
-                sol = fac.solve(rhs)
-                scale_r = 1.0 + float(np.abs(rhs).max(initial=0.0))
-                for _ in range(_IPM_REFINE):
-                    res = rhs - K @ sol
-                    if np.abs(res).max(initial=0.0) <= 1e-15 * scale_r:
-                        break
-                    sol = sol + fac.solve(res)
-                dz, dy = sol[:nz], sol[nz:]
-                ds = np.where(B, (rc - s * dz) / zb, 0.0)
-                return dz, dy, ds
+                def solve(rc):
+                    # -(Q + Z^-1 S) dz + A^T dy = rd - Z^-1 rc,  A dz = rp: the quasi-definite
+                    # augmented system, regularised, refined against the exact one
+                    rhs = np.concatenate([rd - np.where(B, rc / zb, 0.0), rp])
+                    sol = fac.solve(rhs)
+                    scale_r = 1.0 + float(np.abs(rhs).max(initial=0.0))
+                    for _ in range(_IPM_REFINE):
+                        res = rhs - K @ sol
+                        if np.abs(res).max(initial=0.0) <= 1e-15 * scale_r:
+                            break
+                        sol = sol + fac.solve(res)
+                    dz, dy = sol[:nz], sol[nz:]
+                    ds = np.where(B, (rc - s * dz) / zb, 0.0)
+                    return dz, dy, ds
 
-            dz, dy, ds = solve(-z * s * ones_B)
-            ap, ad = step_len(z, dz), step_len(s, ds)
-            mu_aff = float(np.dot((z + ap * dz)[B], (s + ad * ds)[B])) / max(nb, 1)
-            sigma = (mu_aff / mu) ** 3 if mu > 0 else 0.0
-            rc = (sigma * mu - z * s - dz * ds) * ones_B
-            dz, dy, ds = solve(rc)
+                dz, dy, ds = solve(-z * s * ones_B)
+                ap, ad = step_len(z, dz), step_len(s, ds)
+                mu_aff = float(np.dot((z + ap * dz)[B], (s + ad * ds)[B])) / max(nb, 1)
+                sigma = (mu_aff / mu) ** 3 if mu > 0 else 0.0
+                rc = (sigma * mu - z * s - dz * ds) * ones_B
+                dz, dy, ds = solve(rc)
+                if np.all(np.isfinite(dz)) and np.all(np.isfinite(dy)) and np.all(np.isfinite(ds)):
+                    break
+            else:
+                break                                  # no regularisation gives a direction
             ap, ad = _IPM_STEP * step_len(z, dz), _IPM_STEP * step_len(s, ds)
             if q.any():                                # a QP: one step length for both
                 ap = ad = min(ap, ad)
-            if not (np.all(np.isfinite(dz)) and np.all(np.isfinite(dy)) and np.all(np.isfinite(ds))):
-                break
             z = z + ap * dz
             y = y + ad * dy
             s = s + ad * ds
