@@ -313,12 +313,13 @@ class LocalPolytopeLP:
                     ds = np.where(B, (rc - s * dz) / zb, 0.0)
                     return dz, dy, ds
 
-                dz, dy, ds = solve(-z * s * ones_B)
-                ap, ad = step_len(z, dz), step_len(s, ds)
-                mu_aff = float(np.dot((z + ap * dz)[B], (s + ad * ds)[B])) / max(nb, 1)
-                sigma = (mu_aff / mu) ** 3 if mu > 0 else 0.0
-                rc = (sigma * mu - z * s - dz * ds) * ones_B
-                dz, dy, ds = solve(rc)
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    dz, dy, ds = solve(-z * s * ones_B)    # (a failed factorisation: inf / nan)
+                    ap, ad = step_len(z, dz), step_len(s, ds)
+                    mu_aff = float(np.dot((z + ap * dz)[B], (s + ad * ds)[B])) / max(nb, 1)
+                    sigma = (mu_aff / mu) ** 3 if mu > 0 else 0.0
+                    rc = (sigma * mu - z * s - dz * ds) * ones_B
+                    dz, dy, ds = solve(rc)
                 if np.all(np.isfinite(dz)) and np.all(np.isfinite(dy)) and np.all(np.isfinite(ds)):
                     break
             else:
