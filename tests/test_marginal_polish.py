@@ -107,13 +107,19 @@ def test_polish_off_is_plain_mirror_descent():
     assert ours == pytest.approx(ref, rel=1e-3)
 
 
-def test_l1_losses_are_not_polished():
+def test_l1_losses_take_the_exact_lp_and_match_clarabel():
     dom, data, cl, ys = sparse_instance(3, [3, 2, 2], [(0, 1), (1, 2)])
     mus = {c: cp.Variable(dom.shape(c)) for c in cl}
     obj = sum(cp.norm1(mus[c] - ys[c]) for c in cl)
     prob = cp.Problem(cp.Minimize(obj), [cvxdp.MarginalPolytope(mus, dom, total=float(len(data)))])
-    prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, polish_start=0, max_iters=300)
-    assert prob.solver_stats.extra_stats["info"]["polish"] == []
+    prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, polish_start=0, max_iters=300,
+               eps_rel=1e-9)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == "optimal" and es["gap"] <= 1e-9
+    assert [p["kind"] for p in es["info"]["polish"]] == ["lp"]
+    ours = prob.value
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    assert ours == pytest.approx(prob.value, rel=1e-7)
 
 
 def _qp_problem(seed=5):

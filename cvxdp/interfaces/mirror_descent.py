@@ -28,10 +28,11 @@ OPTIONS = OptionSet.build(NAME, max_iters=md.MirrorSettings.max_iters,
     Option("step", "number", None, "initial mirror-descent step (default 1 / the Lipschitz "
            "bound)", low=0, low_open=True, high=math.inf, high_open=True, nullable=True),
     Option("polish", "bool", md.MirrorSettings.polish,
-           "exact polish on the junction tree's local polytope once the zero cells are found"),
+           "exact finish on the junction tree's local polytope: an active-set QP polish for "
+           "quadratic losses, an exact LP (HiGHS) or interior-point QP for L1 and mixed losses"),
     Option("polish_start", "integer", md.MirrorSettings.polish_start,
-           "iteration of the first polish attempt (a failed attempt is retried at twice the "
-           "iteration)", low=0),
+           "iteration of the first polish attempt (a failed quadratic polish is retried at "
+           "twice the iteration; the exact L1 solve is tried once)", low=0),
 ])
 
 
