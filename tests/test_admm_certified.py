@@ -164,8 +164,15 @@ def kkt_failures(inst: Instance, x) -> list[str]:
     if res.fun * scale > tol:
         out.append(f"stationarity violated by {res.fun:.2e} (relative to {scale:.1e})")
         return out
-    # the Lagrangian lower bound of these multipliers closes the gap
+    # the Lagrangian lower bound of these multipliers closes the gap; with one entry
+    # per row and column of M the loss multiplier making stationarity exact is unique
     u = np.clip(res.x[:m] * scale, lo, hi)
+    Mc = inst.M.tocsr()
+    if np.all(np.diff(Mc.indptr) == 1) and np.unique(Mc.indices).size == m and m == n:
+        u_exact = np.zeros(m)
+        u_exact = -c[Mc.indices] / Mc.data
+        if np.max(np.maximum(lo - u_exact, u_exact - hi), initial=0.0) <= tol:
+            u = u_exact
     flat = inst.w2 == 0
     conj = np.where(flat, 0.0, np.maximum(np.abs(u) - inst.w1, 0.0) ** 2 / (2 * np.where(flat, 1.0, inst.w2)))
     fin_lo, fin_up = np.isfinite(inst.lo), np.isfinite(inst.up)
@@ -474,3 +481,36 @@ if __name__ == "__main__":          # counts per kind (used for the report)
               f"solves (cold + warm): {dict(sorted(STATS.items()))}")
         for m in msgs[:8]:
             print(m)
+
+
+@pytest.mark.parametrize("seed,loss", [(0, "l1"), (10, "l1"), (6, "l1"), (2, "l2"), (3, "l2"), (6, "en")])
+def test_tiny_noise_scale_optimal_is_not_below_the_optimum(seed, loss):
+    """Noise scale 1e-4 (weights 1e4, 1e8): a point violating consistency or x >= 0 by
+    less than eps_abs used to come back optimal up to 1.8e-4 below the optimum."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([8, 32, 64]))
+    tree = cvxdp.workloads.hierarchy(n, 2)
+    counts = np.floor(rng.pareto(1.5, n) * 10) * (rng.random(n) < 0.5)
+    s = 1e-4
+    y = tree.queries @ counts + rng.laplace(scale=s, size=tree.n_nodes)
+    w1, w2 = {"l1": (1 / s, 0.0), "l2": (0.0, 1 / s ** 2), "en": (0.5 / s, 1 / s ** 2)}[loss]
+    inst = Instance(np.eye(tree.n_nodes), y, w1, w2, tree.consistency,
+                    np.zeros(tree.consistency.shape[0]), lo=np.zeros(tree.n_nodes))
+    ref = inst.normalized(s)
+    ref.prob.solve(solver=cp.CLARABEL, **CLARABEL)
+    ref_val = ref.prob.value
+    if loss == "l1":                 # the LP of Lee et al. sec. 4.1, exact with HiGHS
+        N, C = tree.n_nodes, tree.consistency
+        I = sp.identity(N)
+        lp = linprog(np.r_[np.zeros(N), np.full(N, 1 / s)],
+                     A_ub=sp.vstack([sp.hstack([I, -I]), sp.hstack([-I, -I])]), b_ub=np.r_[y, -y],
+                     A_eq=sp.hstack([C, sp.csr_matrix((C.shape[0], N))]), b_eq=np.zeros(C.shape[0]),
+                     bounds=[(0, None)] * N + [(None, None)] * N, method="highs",
+                     options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+        ref_val = lp.fun
+    inst.prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert inst.prob.status == cp.OPTIMAL
+    x = inst.x.value
+    assert inst.violation(x) <= EPS_ABS
+    assert abs(inst.objective(x) - ref_val) <= (EPS_REL + REF_RTOL) * max(1.0, abs(ref_val))
+    assert not kkt_failures(inst, x)

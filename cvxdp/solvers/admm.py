@@ -352,7 +352,8 @@ def _finalize(data: ConsistencyData, res: SolverResult, s: ADMMSettings) -> Solv
         res.info["duals_certified"] = False
     res.gap = relative_gap(res.objective, res.lower_bound)
     viol = res.primal_residual
-    certified = viol <= s.eps_abs and res.gap <= s.eps_rel
+    # a gap below -eps_rel means the point undercuts the optimum through its violation
+    certified = viol <= s.eps_abs and -s.eps_rel <= res.gap <= s.eps_rel
     if res.status == R.OPTIMAL and not certified:
         res.status = R.OPTIMAL_INACCURATE
     elif res.status == R.OPTIMAL_INACCURATE and certified:
@@ -440,6 +441,20 @@ class _Base:
         self.s = settings
         self.table = IterationTable(_COLUMNS, settings.verbose)
 
+    def repair(self, x):
+        return None
+
+    def _unbelow(self, best, lower):
+        """A point whose objective is below the certified bound gains from its (allowed)
+        violation; replace it by an exactly feasible repair when there is one."""
+        obj, x, duals = best
+        xr = self.repair(x)
+        if xr is not None and self.violation(xr) <= min(self.s.eps_abs, self.violation(x)):
+            obj_r = self.data.objective(xr)
+            if obj_r >= obj:
+                return (obj_r, xr, None)
+        return best
+
     # shared loop ---------------------------------------------------------
     def run(self, x0, state, t0) -> SolverResult:
         s = self.s
@@ -502,7 +517,10 @@ class _Base:
             history.append(row)
             self.table.row(row)
             last_check = chk
-            if gap <= s.eps_rel and best is not None:
+            if best is not None and gap < -s.eps_rel:
+                best = self._unbelow(best, lower)
+                gap = relative_gap(best[0], lower)
+            if best is not None and -s.eps_rel <= gap <= s.eps_rel:
                 status = R.OPTIMAL
                 break
             if chk.get("residuals_converged") and chk["x_candidate_ok"]:
@@ -548,6 +566,15 @@ class _Base:
             duals = None
         else:
             obj, xbest, duals = best
+        if relative_gap(obj, lower) < -s.eps_rel:
+            # Below the certified bound: the point gains from its (allowed, <= eps_abs)
+            # violation, which large weights turn into a real objective difference.
+            # Prefer an exactly feasible repair of it.
+            xr = self.repair(xbest)
+            if xr is not None and self.violation(xr) <= min(s.eps_abs, self.violation(xbest)):
+                obj_r = self.data.objective(xr)
+                if relative_gap(obj_r, lower) >= -s.eps_rel or obj_r > obj:
+                    xbest, obj, duals = xr, obj_r, None
         if duals is None:
             duals = self.duals(xbest)
         duals = dict(duals)
@@ -804,6 +831,14 @@ class _SeparableADMM(_Base):
 
     def loss_multiplier_guess(self):
         return None
+
+    def repair(self, x):
+        """An exactly consistent point near ``x``: the clipped leaves summed up (forests)."""
+        if not isinstance(self.proj, ForestProjector):
+            if self.proj is None and self.chains is None:
+                return self.f.clip(x)
+            return None
+        return self.proj.feasible_from(self.f.clip(x))
 
     def _duals_from(self, x, lam) -> dict:
         out = {}

@@ -457,6 +457,8 @@ def _general_dual_value(solver, u, yA, g) -> float:
 _KINK_FACTOR = 1.0
 # Stationarity is required to this accuracy, relative to the size of the multipliers.
 _STATIONARITY_RTOL = 1e-7
+# The multipliers' Lagrangian bound may trail the objective by this many eps_rel.
+_LAGRANGIAN_GAP_FACTOR = 10.0
 # Largest LP (rows + columns) solved to find certified multipliers for a given x.
 _KKT_LP_MAX = 400_000
 
@@ -573,8 +575,13 @@ def kkt_check(data, x, duals, w, eps_abs: float, eps_rel: float) -> dict:
     rowsum = np.asarray(abs(data.M).sum(axis=1)).ravel()
     floor = eps_abs * float(np.max(data.w2 * rowsum, initial=0.0)) / scale
     tol = max(_STATIONARITY_RTOL, eps_rel)
+    # and the multipliers must certify: their Lagrangian bound closes the gap at x
+    f = data.objective(x)
+    lb = lagrangian_bound(data, duals, w) if stat <= tol + floor else -math.inf
+    lgap = (f - lb) / max(1.0, abs(f)) if math.isfinite(lb) else math.inf
+    out["lagrangian_gap"] = lgap
     out["ok"] = bool(stat <= tol + floor and sub <= tol + floor and neg / scale <= tol
-                     and comp / scale <= tol)
+                     and comp / scale <= tol and lgap <= _LAGRANGIAN_GAP_FACTOR * max(eps_rel, 1e-9))
     return out
 
 
