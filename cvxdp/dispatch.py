@@ -208,8 +208,8 @@ def _passthrough(problem, solver, warm_start, verbose, kwargs, **shared) -> floa
 
 def _expand_marginal_polytopes(problem: cp.Problem) -> cp.Problem | None:
     """The problem with every MarginalPolytope replaced by its local polytope (``None`` if
-    there is none).  An unknown total is estimated from the objective as MIRROR_DESCENT
-    does, so both solve the same problem; if nothing estimates it, it stays free."""
+    there is none).  An unknown total (``total=None``) stays free, optimised with the
+    marginals, as in the canonicaliser and in MIRROR_DESCENT."""
     mps = [c for c in problem.constraints if isinstance(c, MarginalPolytope)]
     if not mps:
         return None
@@ -218,22 +218,8 @@ def _expand_marginal_polytopes(problem: cp.Problem) -> cp.Problem | None:
         if not isinstance(c, MarginalPolytope):
             cons.append(c)
             continue
-        total = c.known_total()
-        if total is None:
-            total = _estimated_total(problem, c)
-            c.total_estimate = total
-        cons.extend(c.local_polytope(total))
+        cons.extend(c.local_polytope(c.known_total()))
     return cp.Problem(problem.objective, cons)
-
-
-def _estimated_total(problem: cp.Problem, mp: MarginalPolytope) -> float | None:
-    from .recognise.marginal_polytope import estimate_total, recognise
-    try:
-        ext = recognise(cp.Problem(problem.objective, [mp]))
-    except NotRecognised:
-        return None
-    est = estimate_total(ext.loss, ext.offsets)
-    return None if est is None else max(est[0], 1e-12)
 
 
 def _verify(problem: cp.Problem, solver: str, primal: dict[int, Any],
