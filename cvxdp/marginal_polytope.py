@@ -44,7 +44,8 @@ class MarginalPolytope(Constraint):
         expressions shaped by the clique's domain sizes or flattened (C order).
     domain : a :class:`cvxdp.Domain` or a mapping ``name -> size``.
     total : the number of records, a positive number, a cvxpy Parameter, or ``None`` (unknown:
-        estimated from the measurements in the objective, McKenna et al. appendix E.1).
+        the total is free, optimised jointly with the marginals -- the maximum-likelihood
+        total -- by every solver path; the fitted total is the sum of any returned marginal).
     max_cells : largest junction-tree clique accepted (cells); a larger one raises
         :class:`ModelTooLarge` here, before any array is allocated.
     """
@@ -93,8 +94,6 @@ class MarginalPolytope(Constraint):
                                  max_cells=self.max_cells)
         #: the graphical model left by ``solver=cvxdp.MIRROR_DESCENT`` (a :class:`cvxdp.GraphicalModel`)
         self.model = None
-        #: the total used by the last solve when ``total`` was ``None``
-        self.total_estimate: float | None = None
         super().__init__(exprs, constr_id)
 
     # ---------------------------------------------------------------- cvxpy protocol
@@ -140,6 +139,13 @@ class MarginalPolytope(Constraint):
         names = self.domain.names
         return self.tree.summary().describe(names)
 
+    @property
+    def fitted_total(self) -> float | None:
+        """The total of the current marginal values (the first marginal's sum; ``None``
+        before a solve): the optimised total when ``total`` is ``None``."""
+        tabs = self.tables()
+        return None if tabs is None else float(tabs[0].sum())
+
     def known_total(self) -> float | None:
         if self.total is None:
             return None
@@ -173,9 +179,7 @@ class MarginalPolytope(Constraint):
             return None
         viol = max(float(np.max(-t, initial=0.0)) for t in tabs)
         totals = [float(t.sum()) for t in tabs]
-        ref = self.total_estimate if self.total is None else self.known_total()
-        if ref is None:
-            ref = totals[0]
+        ref = totals[0] if self.total is None else self.known_total()
         viol = max(viol, max(abs(s - ref) for s in totals))
         for i in range(len(tabs)):
             for j in range(i + 1, len(tabs)):

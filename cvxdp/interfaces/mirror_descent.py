@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
+from ..solvers import free_total
 from ..solvers import mirror_descent as md
 from ..solvers.result import SOLUTION_PRESENT
 
 from ..graphical_model import GraphicalModel
-from ..recognise.marginal_polytope import MarginalExtraction, estimate_total, recognise
+from ..recognise.marginal_polytope import MarginalExtraction, recognise
 from .base import Outcome
 from .options import Option, OptionSet, Settings
 
@@ -48,17 +49,6 @@ class MirrorDescentMethod:
         mp = ext.constraint
         total = mp.known_total()
         info: dict[str, Any] = {"algorithm": settings.algorithm}
-        if total is None:
-            est = estimate_total(ext.loss, ext.offsets)
-            if est is None:
-                raise ValueError(
-                    "MarginalPolytope: total=None, and no measurement in the objective spans the "
-                    "total (appendix E.1 needs a loss term whose rows sum a whole marginal); pass "
-                    "total=<number of records>")
-            total = max(est[0], 1e-12)
-            info["total_estimate"] = total
-            info["total_variance"] = est[1]
-            mp.total_estimate = total
         # The solver stops on gap <= eps_abs' + eps_rel' |L|; with both set to eps_rel / 2 and
         # 0 <= L <= f (losses are non-negative) that implies (f - L) / max(1, |f|) <= eps_rel.
         half = settings.eps_rel / 2
@@ -67,14 +57,26 @@ class MirrorDescentMethod:
             eps_rel=half, time_limit=settings.time_limit, check_every=settings.check_every,
             step=settings.step, polish=settings.polish, polish_start=settings.polish_start,
             verbose=settings.verbose, callback=settings.callback)
-        problem_data = md.MarginalProblem(mp.tree, ext.loss, total)
         theta0 = step0 = None
         # like cvxpy: clearing a variable's value (x.value = None) asks for a cold start
         warm = settings.warm_start and all(v.value is not None for v in ext.variables)
         if warm and isinstance(cached, dict) and cached.get("n") == ext.loss.n \
                 and cached.get("algorithm") == settings.algorithm != "dual_averaging":
             theta0, step0 = cached["theta"], cached.get("step")
-        res = md.solve(problem_data, solver_settings, theta0=theta0, step0=step0)
+        if total is None:
+            # total=None: the total is free, optimised with the marginals (the MLE; the same
+            # problem the local polytope gives a standard solver)
+            res = free_total.solve(mp.tree, ext.loss, solver_settings, theta0=theta0, step0=step0,
+                                   total0=cached.get("total") if warm and isinstance(cached, dict)
+                                   else None)
+            total = res.info["total"]
+            info.update(total=total, total_given=False, total_start=res.info["total_start"],
+                        total_bound=res.info["total_bound"], total_steps=res.info["total_steps"],
+                        total_route=res.info["route"])
+        else:
+            res = md.solve(md.MarginalProblem(mp.tree, ext.loss, total), solver_settings,
+                           theta0=theta0, step0=step0)
+            info.update(total=total, total_given=True)
         info.update(abs_gap=res.info["abs_gap"], lipschitz=res.info["lipschitz"],
                     polish=res.info["polish"], polished=res.info.get("clique_tables") is not None,
                     junction_tree=mp.describe())
@@ -82,15 +84,17 @@ class MirrorDescentMethod:
         if res.status in SOLUTION_PRESENT and res.x is not None:
             for v, a, b in zip(ext.variables, ext.offsets[:-1], ext.offsets[1:]):
                 primal[v.id] = res.x[a:b].reshape(v.shape)
-            if res.info.get("clique_tables") is not None:
+            if not total > 0:                   # the zero table: no distribution to model
+                mp.model = None
+            elif res.info.get("clique_tables") is not None:
                 mp.model = GraphicalModel.from_clique_tables(mp.domain, mp.tree,
                                                              res.info["clique_tables"], total)
             else:
-                mp.model = GraphicalModel(mp.domain, mp.tree, problem_data.split(res.info["theta"]),
-                                          total)
+                split = md.MarginalProblem(mp.tree, ext.loss, total).split
+                mp.model = GraphicalModel(mp.domain, mp.tree, split(res.info["theta"]), total)
         return Outcome(status=res.status, primal=primal, objective=res.objective,
                        iterations=res.iterations, solve_time=res.solve_time,
                        setup_time=res.setup_time, lower_bound=res.lower_bound,
-                       history=res.history, state=dict(res.state, n=ext.loss.n,
+                       history=res.history, state=dict(res.state, n=ext.loss.n, total=total,
                                                        algorithm=settings.algorithm),
                        warm_started=theta0 is not None, info=info)

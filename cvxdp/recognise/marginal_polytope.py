@@ -7,13 +7,13 @@ marginal variables (``cvxdp.nll`` of Laplace / Gaussian measurements, ``cp.norm1
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
+from ..solvers.free_total import estimate_total
 from ..solvers.marginal_loss import LossTerm, MarginalLoss
 
 from ..errors import NotRecognised
@@ -116,44 +116,3 @@ def _as_slice(M: sp.csr_matrix) -> slice | None:
     if not np.array_equal(M.indices, np.arange(a, a + m)):
         return None
     return slice(a, a + m)
-
-
-def estimate_total(loss: MarginalLoss, offsets: np.ndarray) -> tuple[float, float] | None:
-    """McKenna et al. appendix E.1: each loss term whose rows span the total of one clique's
-    marginal gives an unbiased estimate ``1^T A^+ y`` (for the identity: the sum of the noisy
-    cells); estimates are combined by inverse variance (Gaussian ``phi = w/2 r^2``:
-    variance ``1/w``; Laplace ``w|r|``: variance ``2/w^2``).  Returns ``(estimate, variance)``
-    or ``None`` when no term spans a total."""
-    ests, variances = [], []
-    for t in loss.terms:
-        with np.errstate(divide="ignore"):
-            var = 1.0 / t.w if t.kind == "l2" else 2.0 / t.w ** 2
-        if not np.all(np.isfinite(var)):
-            continue
-        if isinstance(t.A, slice):
-            k = int(np.searchsorted(offsets, t.A.start, side="right")) - 1
-            if t.A.start == offsets[k] and t.A.stop == offsets[k + 1]:
-                ests.append(float(t.b.sum()))
-                variances.append(float(var.sum()))
-            continue
-        A = t.A.tocsc()
-        if A.shape[0] > 5000:
-            continue                     # a dense least-norm solve would be too costly here
-        Ad = A.toarray()
-        for k in range(len(offsets) - 1):
-            a, b = offsets[k], offsets[k + 1]
-            blk = Ad[:, a:b]
-            if not np.any(blk):
-                continue
-            target = np.zeros(Ad.shape[1])
-            target[a:b] = 1.0
-            v, *_ = np.linalg.lstsq(Ad.T, target, rcond=None)
-            if np.linalg.norm(Ad.T @ v - target) <= 1e-9 * math.sqrt(b - a):
-                ests.append(float(v @ t.b))
-                variances.append(float(np.sum(v * v * var)))
-                break
-    if not ests:
-        return None
-    iv = 1.0 / np.maximum(np.asarray(variances), 1e-300)
-    est = float(np.dot(iv, ests) / iv.sum())
-    return est, float(1.0 / iv.sum())

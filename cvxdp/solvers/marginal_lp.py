@@ -69,6 +69,12 @@ at ``mu = P x``), the local-polytope multipliers returned satisfy, in count unit
 ``nu`` one entry per row of ``E`` (:func:`cvxdp.solvers.marginal_polish.local_polytope_matrices`:
 separator rows child minus parent, last row the total) and ``s`` one per junction-tree cell.
 ``nu[-1]`` is the derivative of the optimal loss with respect to the total.
+
+Free total.  With ``free_total=True`` the total row leaves ``E x = e`` (``total`` is then only the
+unit of the scaled program, e.g. an estimate): the program is the minimum over the whole cone
+``{N p : N >= 0, p in M(1)}``, the returned tables sum to the fitted total, and ``nu[-1]`` is
+zero (the optimality of the total).  Its multipliers certify the free-total problem through
+:func:`cvxdp.solvers.free_total.free_lower_bound`.
 """
 from __future__ import annotations
 
@@ -166,17 +172,21 @@ class LocalPolytopeLP:
     above :data:`MAX_LP_SIZE` columns.
     """
 
-    def __init__(self, tree: JunctionTree, loss: MarginalLoss, total: float) -> None:
+    def __init__(self, tree: JunctionTree, loss: MarginalLoss, total: float, *,
+                 free_total: bool = False) -> None:
         if loss.smooth:
             raise ValueError("LocalPolytopeLP: the loss has no L1 term (the QP polish covers it)")
         self.tree, self.loss, self.total = tree, loss, float(total)
+        self.free_total = bool(free_total)
         n1 = sum(int(np.count_nonzero(t.w)) for t in loss.terms if t.kind == "l1")
         n2 = sum(int(np.count_nonzero(t.w)) for t in loss.terms if t.kind == "l2")
         ncells = int(sum(tree.cells))
         size = ncells + 2 * n1 + n2
         if size > MAX_LP_SIZE:
             raise ValueError(f"LocalPolytopeLP: {size:,} columns, above {MAX_LP_SIZE:,}")
-        self.P, self.E, self.offsets = local_polytope_matrices(tree)
+        self.P, self.E_full, self.offsets = local_polytope_matrices(tree)
+        # a free total: the total row leaves the program (``total`` is then only the unit)
+        self.E = self.E_full[:-1] if self.free_total else self.E_full
         if self.P.shape[0] != loss.n:
             raise ValueError(f"LocalPolytopeLP: the loss has {loss.n} cells, the factors {self.P.shape[0]}")
         self.nx, self.n1, self.n2, self.m = ncells, n1, n2, self.E.shape[0]
@@ -214,7 +224,8 @@ class LocalPolytopeLP:
                           [A2, Z((n2, n1)), Z((n2, n1)), -I2],
                           [self.E, Z((self.m, n1)), Z((self.m, n1)), Z((self.m, n2))]], format="csr")
         e = np.zeros(self.m)
-        e[-1] = 1.0
+        if not self.free_total:
+            e[-1] = 1.0
         self.b = np.concatenate(b1 + b2 + [e]) if (b1 or b2) else e
         self.c = np.concatenate([np.zeros(ncells), w1, w1, np.zeros(n2)]) / self.scale
         self.q = np.concatenate([np.zeros(ncells + 2 * n1), w2 / self.scale])
@@ -359,11 +370,13 @@ class LocalPolytopeLP:
         if method == "ipm":                            # an interior point: its empty cells are tiny,
             u = np.where(u > _IPM_ZERO, u, 0.0)        # not zero (repair restores the sums)
         raw = [u[a:b].reshape(sh) * N for a, b, sh in zip(self.offsets[:-1], self.offsets[1:], self.tree.shapes)]
-        tables = repair(self.tree, raw, N)
+        # a free total: the fitted one, the root clique's sum (the others agree to tolerance)
+        fitted = float(np.maximum(raw[self.tree.preorder[0]], 0.0).sum()) if self.free_total else N
+        tables = repair(self.tree, raw, fitted)
         x = np.concatenate([t.ravel() for t in tables])
         repaired = float(np.abs(x - u * N).max(initial=0.0))
         mu = self.P @ x
-        resid = float(np.abs(self.E @ x - N * self.b[-self.m:]).max(initial=0.0))
+        resid = float(np.abs(self.E @ x - N * self.b[-self.m:]).max(initial=0.0)) if self.m else 0.0
         # loss duals: lam1 = -scale y1 (clipped into the conjugate's domain), lam2 = W r at
         # the returned point; and, for L2 terms, the solver's own lam2 = -scale y2 as well
         lams, lams_y, k1, k2 = [], [], 0, n1
@@ -381,8 +394,10 @@ class LocalPolytopeLP:
                 k2 += keep.size
                 lams_y.append(lam)
         nu = self.scale * y[n1 + self.n2:]
+        if self.free_total:                            # the total's multiplier: zero, as the
+            nu = np.concatenate([nu, [0.0]])           # total is optimised (d loss* / d total = 0)
         g = self.loss.adjoint(lams)
-        s = self.P.T @ g - self.E.T @ nu
+        s = self.P.T @ g - self.E_full.T @ nu
         # the solver's own dual objective, in loss units (scaled problem times N * scale)
         z_obj = float(np.dot(self.b, y) - 0.5 * np.dot(self.q * z, z)) * N * self.scale + self.loss.constant
         return LPResult(x=tables, mu=mu, lams=lams, nu=nu, s=s, dual_bound=z_obj, method=method,
