@@ -33,7 +33,8 @@ OPTIONS = OptionSet.build(NAME, max_iters=md.MirrorSettings.max_iters,
            "quadratic losses, an exact LP (HiGHS) or interior-point QP for L1 and mixed losses"),
     Option("polish_start", "integer", md.MirrorSettings.polish_start,
            "iteration of the first polish attempt (a failed quadratic polish is retried at "
-           "twice the iteration; the exact L1 solve is tried once)", low=0),
+           "twice the iteration; the exact L1 solve is tried once; with total=None and L1 terms "
+           "the exact free-total solve comes first)", low=0),
 ])
 
 
