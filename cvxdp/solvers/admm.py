@@ -153,6 +153,10 @@ _GENERAL_RHO_RANGE = 3.0
 # given point) are run on problems up to this many nonzeros.
 _LP_MAX_NNZ = 2_000_000
 
+# Once the gap is certified but the multipliers fail the KKT check, iterating and
+# polishing continues for at most this fraction of the time spent so far.
+_PURSUIT_TIME_FRACTION = 0.3
+
 # The active set counts as settled when fewer than this fraction of coordinates
 # changed status since the previous check.
 _SETTLED_FRACTION = 1e-4
@@ -371,7 +375,18 @@ def _finalize(data: ConsistencyData, res: SolverResult, s: ADMMSettings) -> Solv
 
 
 def _separable_form(data: ConsistencyData) -> SeparableLoss | None:
-    """Per-coordinate loss if every row of ``M`` has one entry and no column two."""
+    """Per-coordinate loss if every row of ``M`` has one entry and no column two
+    (computed once per data object)."""
+    key = (id(data.M), id(data.y), id(data.w1), id(data.w2), id(data.lower), id(data.upper))
+    cached = data.__dict__.get("_separable_cache")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    out = _separable_form_uncached(data)
+    data.__dict__["_separable_cache"] = (key, out)
+    return out
+
+
+def _separable_form_uncached(data: ConsistencyData) -> SeparableLoss | None:
     M = data.M.tocsr()
     nnz_row = np.diff(M.indptr)
     if np.any(nnz_row > 1):
@@ -455,6 +470,21 @@ class _Base:
                 return (obj_r, xr, None)
         return best
 
+    def _duals_certify(self, best) -> bool:
+        """Do the multipliers of ``best`` (or those the splitting gives at its point)
+        pass the KKT check?"""
+        from .polish import kkt_check, _constraint_gradient, separable_loss_multiplier
+
+        obj, x, duals = best
+        duals = dict(self.duals(x) if duals is None else duals)
+        w = duals.pop("_w", None)
+        if w is None:
+            w = self.loss_multiplier_guess()
+        if w is None and _separable_form(self.data) is not None:
+            c = _constraint_gradient(self.data, duals)
+            w = None if c is None else separable_loss_multiplier(self.data, c)
+        return bool(kkt_check(self.data, x, duals, w, self.s.eps_abs, self.s.eps_rel)["ok"])
+
     # shared loop ---------------------------------------------------------
     def run(self, x0, state, t0) -> SolverResult:
         s = self.s
@@ -471,6 +501,10 @@ class _Base:
         checks_since_try = 0
         last_check = None
         next_check = 1
+        kkt_best = None                 # the best point whose multipliers pass the KKT check
+        pursuit_end = None              # converged, still polishing for exact multipliers
+        pursuit_sig = None
+        pursuit_deadline = math.inf
         # A check (dual bound, feasible candidates) costs a few steps; on large problems
         # they are spaced out, deterministically, so that runs are reproducible.
         interval = min(max(s.check_every, int(math.ceil(
@@ -489,7 +523,19 @@ class _Base:
                 best = (chk["primal_obj"], chk["feasible_x"], None)
             gap = relative_gap(best[0], lower) if best is not None else math.inf
             checks_since_try += 1
-            if s.polish and not polish_info["success"]:
+            sig_p = self.active_signature() if pursuit_end is not None else None
+            if pursuit_end is not None and (sig_p is None or pursuit_sig is None
+                                            or np.count_nonzero(sig_p != pursuit_sig) > 0):
+                pursuit_sig = sig_p
+                pol = self.polish()
+                polish_info["attempts"] += 1
+                if pol is not None and relative_gap(pol[0], max(lower, pol[3])) <= s.eps_rel:
+                    lower = max(lower, pol[3])
+                    cand = (pol[0], pol[1], pol[2])
+                    if self._duals_certify(cand):
+                        kkt_best = cand
+                        polish_info["success"] = True
+            elif s.polish and not polish_info["success"]:
                 # Polish once the identified active set has settled (few changes since the
                 # last check) and differs from the one a previous attempt failed on; after a
                 # failure, wait until the gap halves or several checks have passed (the
@@ -511,6 +557,8 @@ class _Base:
                             best = (obj, xp, duals)
                         gap = relative_gap(best[0], lower)
                         polish_info["success"] = relative_gap(obj, lb) <= s.eps_rel
+                        if polish_info["success"] and self._duals_certify((obj, xp, duals)):
+                            kkt_best = (obj, xp, duals)
             row = {"iter": it, "objective": best[0] if best else chk["primal_obj"],
                    "lower bnd": lower, "rel gap": gap, "pri res": chk["r_prim"],
                    "dua res": chk["r_dual"], "rho": self.rho, "time [s]": elapsed}
@@ -521,8 +569,21 @@ class _Base:
                 best = self._unbelow(best, lower)
                 gap = relative_gap(best[0], lower)
             if best is not None and -s.eps_rel <= gap <= s.eps_rel:
-                status = R.OPTIMAL
-                break
+                if kkt_best is not None and -s.eps_rel <= relative_gap(kkt_best[0], lower) <= s.eps_rel:
+                    best = kkt_best
+                    status = R.OPTIMAL
+                    break
+                if not s.polish or self._duals_certify(best):
+                    status = R.OPTIMAL
+                    break
+                # certified, but the multipliers are not exact yet: keep iterating (and
+                # polishing) for a while; the point found so far stays the answer
+                if pursuit_end is None:
+                    pursuit_end = it + max(5 * interval, it // 4)
+                    pursuit_deadline = elapsed * (1.0 + _PURSUIT_TIME_FRACTION)
+                elif it >= pursuit_end or elapsed >= pursuit_deadline:
+                    status = R.OPTIMAL
+                    break
             if chk.get("residuals_converged") and chk["x_candidate_ok"]:
                 status = R.OPTIMAL
                 break

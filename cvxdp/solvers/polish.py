@@ -45,6 +45,9 @@ _MOVE_RTOL = 1e-12
 _CONFLICT_FRACTION = 1e-3
 # Relative distance from +-w within which a dual value counts as on the edge.
 _DUAL_MARGIN = 1e-3
+# Above this many coordinates only the first two polish candidates are tried (each
+# costs a few tree passes; the others matter on small, degenerate trees).
+_POLISH_VARIANTS_MAX_N = 10_000_000
 # Active-set correction rounds before giving up on this iterate.
 _ROUNDS = 6
 
@@ -63,6 +66,8 @@ def polish_separable(solver, x_admm: np.ndarray, lam_admm: np.ndarray):
     # (use the dual's complementary slackness to identify the active set, face projection);
     # the dual point's accuracy can misplace a coordinate on a bound, the primal's a sign
     variants = [(True, False), (True, True), (False, True), (False, False)] if has_l1 else [(True, False), (False, False)]
+    if solver.n > _POLISH_VARIANTS_MAX_N:
+        variants = variants[:2]
     best, reason = None, None
     for use_dual, face in variants:
         pol = _polish_separable_once(solver, x_admm, lam_admm, face=face, use_dual=use_dual)
@@ -460,7 +465,7 @@ _STATIONARITY_RTOL = 1e-7
 # The multipliers' Lagrangian bound may trail the objective by this many eps_rel.
 _LAGRANGIAN_GAP_FACTOR = 10.0
 # Largest LP (rows + columns) solved to find certified multipliers for a given x.
-_KKT_LP_MAX = 400_000
+_KKT_LP_MAX = 100_000
 
 
 def kkt_scale(data, x) -> float:
