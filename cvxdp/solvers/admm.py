@@ -21,6 +21,9 @@ Two splittings, chosen from the structure of ``M``:
 * **general** (any ``M``, e.g. the matrix mechanism ``min |A x - r|_1, x >= 0``,
   Algorithm 4): residual split ``r = M x - y`` plus one consensus copy of ``x``
   per constraint set; the x-update solves with ``M^T M + k I`` factorized once.
+* **lifted** (``data.lift``: ``M`` is a hierarchy's query matrix over the leaf
+  counts, rows the indicators of a laminar family): solved in node space by the
+  separable splitting with the tree projection, mapped back ``x = z[leaves]``.
 
 Beyond the paper, and what makes it fast: over-relaxation, residual-balancing
 adaptive ``rho`` (one common ``rho``, so no refactorization is ever needed),
@@ -80,11 +83,14 @@ class ConsistencyData:
 
 @dataclass
 class ADMMSettings:
-    """Options (cvxpy-style names).  Tolerances: the iterate is *optimal* when the
-    certified relative duality gap is at most ``eps_rel`` and the returned point
-    violates no constraint by more than ``eps_abs`` (absolute, in units of x);
-    where no certificate exists, when OSQP-style primal and dual residuals are
-    below ``eps_abs * sqrt(dim) + eps_rel * scale``."""
+    """Options (cvxpy-style names).  Tolerances: the result is *optimal* only when the
+    returned point violates no constraint by more than ``eps_abs`` (absolute, in units
+    of x) and its certified relative gap ``(f - L) / max(1, |f|)`` lies in
+    ``[-eps_rel, eps_rel]`` (a point below the bound is gaining from its violation).
+    OSQP-style residual convergence only stops the iteration; without a certificate
+    (from the ADMM dual, the polish, or an LP over the multipliers) the status is
+    ``optimal_inaccurate``.  Returned multipliers always pass a KKT check at the
+    returned point (else ``duals = {}`` and ``info["duals_certified"] = False``)."""
 
     max_iters: int = 10000
     eps_abs: float = 1e-6
