@@ -17,7 +17,8 @@ method on ``v'`` -- a Newton step with the curvature along the ray ``<p, H p>`` 
 inside the bracket ``[lo, hi]`` of sign changes of ``v'``, bisection when a step leaves it or
 ``|v'|`` stalls -- moves ``N``; each inner solve is :func:`cvxdp.solvers.mirror_descent.solve` at
 the fixed total, warm-started from the previous one (its exact polish makes ``v`` and ``v'``
-exact for quadratic losses).  For losses with L1 terms ``v`` is piecewise linear, so the exact
+exact for quadratic losses; once it has polished, the next totals are polished at once from
+the same model, whose support is the right guess).  For losses with L1 terms ``v`` is piecewise linear, so the exact
 L1 / mixed program is solved with the total row removed instead (``LocalPolytopeLP(...,
 free_total=True)``), in one go; the secant loop is then only the fallback.
 
@@ -276,6 +277,7 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
     pts: list[tuple[float, float]] = []
     theta, step = theta0, step0
     last = None
+    polish_start = s.polish_start
     while status is None:
         if N <= 0 or hi <= 0:
             status = R.OPTIMAL if converged(best["f"], lower()) else R.OPTIMAL_INACCURATE
@@ -284,13 +286,15 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
             s, eps_abs=_INNER_TOL * s.eps_abs, eps_rel=_INNER_TOL * s.eps_rel,
             max_iters=max(s.max_iters - iters, 0),
             time_limit=max(s.time_limit - (time.perf_counter() - t_start), 0.0),
-            polish=s.polish and not (lp_tried and not loss.smooth))
+            polish=s.polish and not (lp_tried and not loss.smooth), polish_start=polish_start)
         res = md.solve(md.MarginalProblem(tree, loss, N), inner, theta0=theta, step0=step)
         last = res
         steps += 1
         iters += res.iterations
         polish_log.extend(dict(e, total=N) for e in res.info.get("polish", []))
         theta, step = res.state.get("theta"), res.state.get("step")
+        if res.info.get("clique_tables") is not None:
+            polish_start = 0          # the next total polishes at once, from this model's support
         mu = res.x
         f, g, lams = loss.value_grad(mu, res.info.get("tau", 0.0) if not loss.smooth else 0.0)
         add(lams)
