@@ -248,6 +248,35 @@ def test_multipliers_are_kkt_and_price_the_total(mixed):
     assert res.duals["loss"].shape == (sum(t.b.size for t in ext.loss.terms),)
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_free_total_program_is_the_cone_optimum_and_certified(mixed):
+    """free_total=True drops the total row: the optimum over all totals, with nu[-1] = 0,
+    reduced costs s >= 0 on the cone, and the free-total bound tight (the old total only
+    sets the units)."""
+    from cvxdp.solvers.free_total import free_lower_bound, spanning_terms, total_bound
+    prob, ext, P = _lp_problem(mixed=mixed)
+    free = cp.Problem(prob.objective, [cvxdp.MarginalPolytope(
+        dict(zip(prob.constraints[0].cliques, prob.constraints[0].args)), prob.constraints[0].domain)])
+    ref = clarabel(free)
+    for unit in (P.total, 0.5 * P.total):
+        lp = LocalPolytopeLP(P.tree, ext.loss, unit, free_total=True)
+        r = lp.solve()
+        f = ext.loss.value(r.mu)
+        assert f == pytest.approx(ref, rel=1e-7)
+        x = np.concatenate([t.ravel() for t in r.x])
+        fitted = float(r.x[P.tree.preorder[0]].sum())
+        np.testing.assert_allclose(lp.E_full @ x, np.r_[np.zeros(lp.E_full.shape[0] - 1), fitted],
+                                   atol=1e-9 * fitted)
+        assert r.nu[-1] == 0.0 and r.nu.shape == (lp.E_full.shape[0],)
+        scale = max(1.0, float(np.abs(r.s).max()))
+        assert r.s.min() >= -1e-8 * scale
+        n_max = total_bound(ext.loss, spanning_terms(ext.loss, P.offsets), f)
+        assert n_max >= fitted
+        bounds = [free_lower_bound(P, ext.loss, lams) for lams in [r.lams] + ([r.alt_lams] if mixed else [])]
+        lb = max(c + min(0.0, m) * n_max for c, m in bounds)
+        assert lb <= ref + 1e-9 * ref and f - lb <= 1e-8 * f
+
+
 def test_highs_and_interior_point_agree_on_a_pure_l1_loss():
     prob, ext, P = _lp_problem(seed=8)
     lp = LocalPolytopeLP(P.tree, ext.loss, P.total)
