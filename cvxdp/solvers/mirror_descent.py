@@ -4,7 +4,9 @@ Problem (McKenna, Sheldon, Miklau, ICML 2019, section 3.2):
 
     minimize  L(mu)   over   mu in M(C, N),
 
-the clique marginals ``mu_k`` (cliques ``C_k``) of some nonnegative table with total ``N``.
+the clique marginals ``mu_k`` (cliques ``C_k``) of some nonnegative table with total ``N``
+(a given total; with the total free, :mod:`cvxdp.solvers.free_total` calls this solver inside
+a safeguarded secant method on ``N``).
 With the Bregman divergence of the entropy, a mirror step is marginal inference:
 ``mu(theta - eta grad L(mu))`` (appendix A.1), computed exactly by belief propagation on a
 junction tree (:mod:`cvxdp.solvers.junction_tree`).  Two algorithms:
