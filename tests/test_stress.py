@@ -1,0 +1,36 @@
+"""A seeded slice of ``benchmarks/stress.py`` in every CI run: random and degenerate
+instances of every family against HiGHS / Clarabel / SCS, through the public API only.
+
+No instance may end in a false ``optimal`` (a violated constraint or an objective above the
+reference by more than ``eps_rel``), a missed or false infeasibility, a NaN without an error,
+a crash, a refusal of valid data, or written duals whose Lagrangian does not certify the
+optimum.  ``python benchmarks/stress.py --per-kind 200`` runs the same checks at scale.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import stress  # noqa: E402
+
+PER_KIND = 6
+FAILURES = ("false_optimal", "missed_infeasible", "false_infeasible", "nan", "crash", "refused",
+            "solver_error", "bad_duals")
+CASES = [(fam, kind) for fam, (_, kinds) in stress.FAMILIES.items() for kind in kinds]
+
+
+@pytest.mark.parametrize("family,kind", CASES, ids=[f"{f}-{k}" for f, k in CASES])
+def test_no_false_status_on_random_and_degenerate_instances(family, kind):
+    method, kinds = stress.FAMILIES[family]
+    rng = np.random.default_rng([7, zlib.crc32(family.encode()), zlib.crc32(kind.encode())])
+    bad = []
+    for i in range(PER_KIND):
+        outcome, detail = stress.judge(method, kinds[kind](rng))
+        if outcome in FAILURES:
+            bad.append(f"instance {i}: {outcome} {detail}")
+    assert not bad, "\n".join(bad)
