@@ -65,7 +65,9 @@ class ADMMMethod:
         info = {"splitting": res.info.get("splitting"), "rho": res.info.get("rho"),
                 "polish": res.info.get("polish"),
                 "admm_primal_residual": res.info.get("admm_primal_residual"),
-                "constraint_violation": res.info.get("violation")}
+                "constraint_violation": res.info.get("violation"),
+                "duals_source": res.info.get("duals_source"),
+                "lifted_nodes": res.info.get("lifted_nodes")}
         for key in ("certificate", "reason"):
             if key in res.info:
                 info["infeasibility_certificate" if key == "certificate" else key] = res.info[key]
