@@ -157,6 +157,28 @@ def test_iteration_and_time_limits_never_claim_optimal_falsely(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_a_time_limit_gives_a_true_status(method):
+    prob, _ = INSTANCES[method]()
+    prob.solve(method="cvxdp", solver=method, time_limit=1e-9, warm_start=False, eps_rel=1e-12)
+    assert prob.status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+    assert_status_is_true(prob, 1e-6, 1e-12)
+    assert prob.value is not None and np.isfinite(prob.value)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_fallback_is_used_only_when_nothing_recognises(method):
+    prob, _ = INSTANCES[method]()
+    prob.solve(method="cvxdp", solver=method, fallback=cp.CLARABEL)
+    assert prob.solver_stats.solver_name == method
+    x = cp.Variable(2)
+    other = cp.Problem(cp.Minimize(cp.sum(cp.exp(x))), [x >= -1])
+    with pytest.raises(cvxdp.NotRecognised):
+        other.solve(method="cvxdp", solver=method)
+    other.solve(method="cvxdp", solver=method, fallback=cp.CLARABEL)
+    assert other.status == cp.OPTIMAL and other.value == pytest.approx(2 * math.exp(-1), rel=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_callback_stops_with_user_limit(method):
     prob, _ = INSTANCES[method]()
     seen = []
