@@ -67,8 +67,11 @@ NOT_IDENTIFIED = ("MarginalPolytope: total=None, but the total is not identified
 
 # outer (total) steps at most
 _MAX_STEPS = 60
-# inner solves stop at this fraction of the outer tolerances
+# inner solves stop at this fraction of the outer tolerances ...
 _INNER_TOL = 0.25
+# ... loosened by up to this factor while the total is still far off (inexact Newton: the
+# first solve, then a tenth of the derivative's share of the gap)
+_LOOSE = 20.0
 # a secant step that does not halve |v'| over two steps is replaced by bisection
 _STALL = 0.5
 # dense least-norm solves for a general spanning term are skipped above this many rows
@@ -278,12 +281,13 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
     theta, step = theta0, step0
     last = None
     polish_start = s.polish_start
+    loose = _LOOSE
     while status is None:
         if N <= 0 or hi <= 0:
             status = R.OPTIMAL if converged(best["f"], lower()) else R.OPTIMAL_INACCURATE
             break
         inner = dataclasses.replace(
-            s, eps_abs=_INNER_TOL * s.eps_abs, eps_rel=_INNER_TOL * s.eps_rel,
+            s, eps_abs=_INNER_TOL * loose * s.eps_abs, eps_rel=_INNER_TOL * loose * s.eps_rel,
             max_iters=max(s.max_iters - iters, 0),
             time_limit=max(s.time_limit - (time.perf_counter() - t_start), 0.0),
             polish=s.polish and not (lp_tried and not loss.smooth), polish_start=polish_start)
@@ -325,6 +329,11 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
             hi = min(hi, N)
         else:
             lo = max(lo, N)
+        # the derivative's share of the certified gap, relative: the next inner solve need
+        # not be much more accurate than that
+        share = (N * d if d > 0 else (n_max - N) * -d) / max(abs(f), 1.0)
+        tight = _INNER_TOL * max(s.eps_rel, 1e-300)
+        loose = min(max(0.1 * share / tight, 1.0), _LOOSE)
         if hi - lo <= 1e-13 * max(hi, 1e-300):
             status = R.OPTIMAL_INACCURATE                 # N pinned down to rounding
             break
