@@ -193,7 +193,8 @@ class MarginalPolytope(Constraint):
         r = self.residual
         if r is None:
             raise ValueError("MarginalPolytope.value: a marginal has no value")
-        return bool(r <= tolerance * max(1.0, self.known_total() or 1.0))
+        scale = self.known_total() if self.total is not None else abs(self.fitted_total or 0.0)
+        return bool(r <= tolerance * max(1.0, scale))
 
     def violation(self):
         return self.residual
