@@ -3,8 +3,8 @@
 ``Problem.unpack`` is public and sets values, duals, status and the optimal
 value.  ``solver_stats``, ``solve_time`` and ``compilation_time`` have no
 setters, so they are written through the private attributes that cvxpy's own
-``unpack_results`` uses (checked on cvxpy 1.7 - 1.9.3).  If a future cvxpy renames
-them we fail loudly here instead of silently leaving stale statistics.
+``unpack_results`` uses (checked on cvxpy 1.9.0 - 1.9.3).  If a future cvxpy
+renames them we fail loudly here instead of silently leaving stale statistics.
 """
 from __future__ import annotations
 

@@ -22,20 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
-from cvxpy.atoms.affine.add_expr import AddExpression
-from cvxpy.atoms.affine.binary_operators import DivExpression, MulExpression, multiply
-from cvxpy.atoms.affine.sum import Sum
-from cvxpy.atoms.affine.unary_operators import NegExpression
-from cvxpy.atoms.elementwise.abs import abs as cp_abs
-from cvxpy.atoms.norm1 import norm1
-
-try:                                     # cvxpy >= 1.8 names the classes Power / Pnorm
-    from cvxpy.atoms.elementwise.power import Power
-    from cvxpy.atoms.pnorm import Pnorm
-except ImportError:                      # cvxpy 1.7
-    from cvxpy.atoms.elementwise.power import power as Power
-    from cvxpy.atoms.pnorm import pnorm as Pnorm
-from cvxpy.atoms.quad_over_lin import quad_over_lin
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
 from ..solvers.admm import ConsistencyData
@@ -43,7 +29,8 @@ from ..solvers.isotonic import Chains
 from ..solvers.tree import forest_from_queries
 
 from ..errors import NotRecognised
-from .affine import Linearizer, constant_value
+from .affine import Linearizer
+from .losses import collect
 
 __all__ = ["recognise", "Extraction"]
 
@@ -54,13 +41,6 @@ _EXPECTED = ("minimize a nonnegative combination of L1 losses (cvxdp.nll with La
              "constraints (x[:-1] <= x[1:])")
 _UNSUPPORTED_ATTRS = ("boolean", "integer", "PSD", "NSD", "symmetric", "diag", "hermitian",
                       "complex", "imag", "sparsity")
-
-
-@dataclass
-class _Term:
-    expr: cp.Expression       # the affine argument
-    kind: str                 # "l1" or "l2"
-    weight: np.ndarray        # per entry of vec(expr): w1 (l1) or w2 (l2, phi = w2/2 r^2)
 
 
 @dataclass
@@ -94,9 +74,7 @@ def recognise(problem: cp.Problem) -> Extraction:
             raise NotRecognised("ADMM", _EXPECTED, f"variable {v.name()} with attribute {bad[0]}")
     lin = Linearizer(variables)
     n = lin.n
-    terms: list[_Term] = []
-    constant = [0.0]
-    _collect(obj.expr, 1.0, terms, constant)
+    terms, constant = collect(obj.expr, "ADMM", _EXPECTED)
     if not terms:
         raise NotRecognised("ADMM", _EXPECTED, "an objective without a loss term")
 
@@ -206,7 +184,7 @@ def recognise(problem: cp.Problem) -> Extraction:
     # works in node space with the O(n) tree projection instead of factorizing M^T M.
     lift = forest_from_queries(Mall) if chains is None and Mall.nnz > Mall.shape[0] else None
     ext.data = ConsistencyData(n=n, M=Mall, y=yall, w1=w1, w2=w2, lower=lower, upper=upper,
-                               A=A, b=b, chains=chains, constant=constant[0], lift=lift)
+                               A=A, b=b, chains=chains, constant=constant, lift=lift)
     return ext
 
 
@@ -269,122 +247,3 @@ def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo,
         edges_hi.append(hi_side)
         for k in range(r2.size):
             ext.order_edges[int(lo_side[k])] = (cid, int(r2[k]), float(coef[k]), int(hi_side[k]))
-
-
-def _collect(expr, coef: float, terms: list[_Term], constant: list[float]) -> None:
-    """Split ``coef * expr`` into loss terms and a constant."""
-    if expr.is_constant():
-        val = constant_value(expr)
-        constant[0] += coef * float(np.sum(val))
-        return
-    if isinstance(expr, AddExpression):
-        for a in expr.args:
-            _collect(a, coef, terms, constant)
-        return
-    scal = _scalar_scaling(expr)
-    if scal is not None:
-        c, inner = scal
-        if c < 0:
-            raise NotRecognised("ADMM", _EXPECTED, "a loss with a negative coefficient")
-        if c == 0:
-            return
-        _collect(inner, coef * c, terms, constant)
-        return
-    if isinstance(expr, norm1) and getattr(expr, "axis", None) is None:
-        terms.append(_Term(expr.args[0], "l1", np.asarray(coef)))
-        return
-    if isinstance(expr, cp_abs) and expr.size == 1:
-        terms.append(_Term(expr.args[0], "l1", np.asarray(coef)))
-        return
-    if isinstance(expr, quad_over_lin) and getattr(expr, "axis", None) is None:
-        den = constant_value(expr.args[1]) if expr.args[1].is_constant() else None
-        if den is not None and float(np.asarray(den).ravel()[0]) > 0:
-            terms.append(_Term(expr.args[0], "l2", np.asarray(2.0 * coef / float(np.asarray(den).ravel()[0]))))
-            return
-    if isinstance(expr, Power) and float(expr.p.value if hasattr(expr.p, "value") else expr.p) == 2:
-        base = expr.args[0]
-        if isinstance(base, Pnorm) and float(base.p) == 2 and getattr(base, "axis", None) is None:
-            terms.append(_Term(base.args[0], "l2", np.asarray(2.0 * coef)))
-            return
-        if base.is_affine() and base.size == 1:
-            terms.append(_Term(base, "l2", np.asarray(2.0 * coef)))
-            return
-        # cvxpy writes the norm of a one-entry argument as norm1 or abs: |r|^2 = r^2
-        if (isinstance(base, (norm1, cp_abs, Pnorm)) and getattr(base, "axis", None) is None
-                and base.args[0].size == 1 and base.args[0].is_affine()):
-            terms.append(_Term(base.args[0], "l2", np.asarray(2.0 * coef)))
-            return
-    if isinstance(expr, Sum) and expr.axis is None:
-        parsed = _elementwise_loss(expr.args[0])
-        if parsed is not None:
-            kind, w, aff = parsed
-            w = np.broadcast_to(w, aff.shape).ravel(order="F") if aff.ndim else np.asarray(w)
-            terms.append(_Term(aff, kind, coef * w * (2.0 if kind == "l2" else 1.0)))
-            return
-    if type(expr) is MulExpression:
-        a, b = expr.args
-        for const, other in ((a, b), (b, a)):
-            if const.is_constant() and not other.is_constant() and other.ndim <= 1:
-                w = np.asarray(constant_value(const), dtype=float).ravel()
-                parsed = _elementwise_loss(other)
-                if parsed is not None and w.size == other.size and np.all(w >= 0):
-                    kind, w2, aff = parsed
-                    w2 = np.broadcast_to(w2, aff.shape).ravel(order="F") if aff.ndim else np.asarray(w2)
-                    terms.append(_Term(aff, kind, coef * w * w2 * (2.0 if kind == "l2" else 1.0)))
-                    return
-    raise NotRecognised("ADMM", _EXPECTED, f"the objective term {_describe(expr)}")
-
-
-def _scalar_scaling(expr):
-    """``(c, inner)`` if ``expr`` is ``c * inner`` or ``inner / c`` for a scalar constant ``c``."""
-    if isinstance(expr, NegExpression):
-        return -1.0, expr.args[0]
-    if isinstance(expr, (multiply, MulExpression)):
-        a, b = expr.args
-        for const, other in ((a, b), (b, a)):
-            if const.is_constant() and const.size == 1 and not other.is_constant():
-                return float(np.asarray(constant_value(const)).ravel()[0]), other
-    if isinstance(expr, DivExpression):
-        num, den = expr.args
-        if den.is_constant() and den.size == 1 or (den.is_constant() and np.unique(np.asarray(constant_value(den))).size == 1):
-            d = float(np.asarray(constant_value(den)).ravel()[0])
-            if d > 0 and num.size == expr.size:
-                return 1.0 / d, num
-    return None
-
-
-def _elementwise_loss(e):
-    """``(kind, weight, aff)`` for ``w * abs(aff)`` or ``w * square(aff)`` (elementwise)."""
-    w = np.asarray(1.0)
-    while True:
-        if isinstance(e, cp_abs):
-            if np.all(w >= 0):
-                return "l1", w, e.args[0]
-            return None
-        if isinstance(e, Power) and float(e.p.value if hasattr(e.p, "value") else e.p) == 2 and e.args[0].is_affine():
-            if np.all(w >= 0):
-                return "l2", w, e.args[0]
-            return None
-        if type(e) is multiply:
-            a, b = e.args
-            if a.is_constant() and not b.is_constant():
-                w = w * np.asarray(constant_value(a), dtype=float)
-                e = b
-                continue
-            if b.is_constant() and not a.is_constant():
-                w = w * np.asarray(constant_value(b), dtype=float)
-                e = a
-                continue
-            return None
-        if isinstance(e, DivExpression) and e.args[1].is_constant():
-            w = w / np.asarray(constant_value(e.args[1]), dtype=float)
-            e = e.args[0]
-            continue
-        return None
-
-
-def _describe(expr) -> str:
-    s = str(expr)
-    if len(s) > 80:
-        s = s[:77] + "..."
-    return f"{type(expr).__name__}: {s}"

@@ -19,7 +19,7 @@ from ..solvers.marginal_loss import LossTerm, MarginalLoss
 from ..errors import NotRecognised
 from ..marginal_polytope import MarginalPolytope
 from .affine import Linearizer
-from .l1_consistency import _collect
+from .losses import collect
 
 __all__ = ["recognise", "MarginalExtraction", "estimate_total"]
 
@@ -76,11 +76,7 @@ def recognise(problem: cp.Problem) -> MarginalExtraction:
     inv = np.empty_like(perm)
     inv[perm] = np.arange(perm.size)       # cvxpy column -> C-order column
     offsets = np.concatenate([[0], np.cumsum([v.size for v in variables])]).astype(int)
-    terms, constant = [], [0.0]
-    try:
-        _collect(problem.objective.expr, 1.0, terms, constant)
-    except NotRecognised as exc:
-        raise NotRecognised(_NAME, _EXPECTED, exc.found) from None
+    terms, constant = collect(problem.objective.expr, _NAME, _EXPECTED)
     if not terms:
         raise NotRecognised(_NAME, _EXPECTED, "an objective without a loss term")
     out = []
@@ -98,7 +94,7 @@ def recognise(problem: cp.Problem) -> MarginalExtraction:
             rows = _c_order(t.expr)            # so a marginal minus its table reads as a slice
             M, b, w = M[rows], b[rows], w[rows]
         out.append(LossTerm(t.kind, _as_slice(M) or M, b, w))
-    return MarginalExtraction(mp, variables, MarginalLoss(out, int(offsets[-1]), constant[0]), offsets)
+    return MarginalExtraction(mp, variables, MarginalLoss(out, int(offsets[-1]), constant), offsets)
 
 
 def _as_slice(M: sp.csr_matrix) -> slice | None:
