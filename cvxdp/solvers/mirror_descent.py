@@ -272,12 +272,18 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
             lp_fallback.append((f_p, pol))             # returned if mirror descent ends worse
             return None
         keep_lp(pol)
-        row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": entry["gap"]},
+        return finish(f_p, entry["gap"], ok,
+                      f"exact L1 solve ({pol.method}) at iteration {it}: {pol.iterations} "
+                      f"iterations, {entry['seconds']:.2f} s, consistency residual "
+                      f"{pol.residual:.1e}")
+
+    def finish(f_p, rel_gap, ok, note):
+        """Log an accepted exact finish (``mu`` already set) and return its status."""
+        row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": rel_gap},
                    time=time.perf_counter() - t_start)
         history.append(dict(row, polished=True))
         table.row(row)
-        table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: {pol.iterations} iterations, "
-                     f"{entry['seconds']:.2f} s, consistency residual {pol.residual:.1e}")
+        table.footer(note)
         if s.callback is not None:
             s.callback(dict(row, x=mu))
         return R.OPTIMAL if ok else R.OPTIMAL_INACCURATE
@@ -313,15 +319,10 @@ def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
                          f"{pol.rounds} rounds; mirror descent continues")
             return None
         polished, mu = pol, pol.mu
-        row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": entry["gap"]},
-                   time=time.perf_counter() - t_start)
-        history.append(dict(row, polished=True))
-        table.row(row)
-        table.footer(f"polish at iteration {it}: {pol.rounds} active-set rounds, {pol.support:,} "
-                     f"cells in the support, consistency residual {pol.residual:.1e}")
-        if s.callback is not None:
-            s.callback(dict(row, x=mu))
-        return R.OPTIMAL if ok else R.OPTIMAL_INACCURATE
+        return finish(f_p, entry["gap"], ok,
+                      f"polish at iteration {it}: {pol.rounds} active-set rounds, "
+                      f"{pol.support:,} cells in the support, consistency residual "
+                      f"{pol.residual:.1e}")
 
     if s.algorithm in ("mirror_descent", "accelerated"):
         eta = step0 or s.step or (1.0 / lip if lip > 0 else 1.0)
