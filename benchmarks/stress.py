@@ -136,12 +136,23 @@ def admm_leaf_measured(rng):
     return cp.Problem(cp.Minimize(cvxdp.nll(m, x)), [x >= 0])
 
 
-ADMM_KINDS = {"tiny": admm_tiny, "tree": admm_tree, "order": admm_order,
+def admm_general(rng):
+    n = int(rng.integers(4, 31))
+    M = (rng.random((max(1, n // 3), n)) < 0.3).astype(float)
+    x0 = rng.poisson(3, n).astype(float)
+    y = M @ x0 + rng.laplace(0, 1, M.shape[0])
+    x = cp.Variable(n)
+    loss = _loss(rng.choice(["l1", "l2", "enet"]), M @ x - y, np.ones(M.shape[0]))
+    loss = loss + 0.1 * cp.norm1(x - x0 - rng.laplace(0, 1, n))     # every cell measured
+    return cp.Problem(cp.Minimize(loss), [x >= 0, cp.sum(x) == x0.sum()])
+
+
+ADMM_KINDS = {"tiny": admm_tiny, "general": admm_general, "tree": admm_tree, "order": admm_order,
               "rank_deficient": admm_rank_deficient, "contradiction": admm_contradiction,
               "scales": admm_scales, "leaf_measured": admm_leaf_measured}
 
 
-def md_instance(rng, loss="random", sparse=False, exact=False):
+def md_instance(rng, loss="random", sparse=False, exact=False, known_total=True):
     k = int(rng.integers(2, 5))
     sizes = [int(rng.integers(2, 4)) for _ in range(k)]
     names = [f"a{i}" for i in range(k)]
@@ -162,13 +173,14 @@ def md_instance(rng, loss="random", sparse=False, exact=False):
                                   else rng.normal(0, sigma, t.shape))
         terms.append(cp.norm1(mus[c] - y) / sigma if kind == "l1"
                      else cp.sum_squares(mus[c] - y) / (2 * sigma ** 2))
-    return cp.Problem(cp.Minimize(cp.sum(terms)),
-                      [cvxdp.MarginalPolytope(mus, dom, total=float(n_rec))])
+    total = float(n_rec) if known_total else None
+    return cp.Problem(cp.Minimize(cp.sum(terms)), [cvxdp.MarginalPolytope(mus, dom, total=total)])
 
 
 MD_KINDS = {"l2": lambda r: md_instance(r, "l2"), "l1": lambda r: md_instance(r, "l1"),
             "mixed": lambda r: md_instance(r), "sparse": lambda r: md_instance(r, sparse=True),
-            "exact": lambda r: md_instance(r, exact=True)}
+            "exact": lambda r: md_instance(r, exact=True),
+            "free_total": lambda r: md_instance(r, known_total=False)}
 
 
 def _ranges(rng, d, m):
@@ -190,6 +202,13 @@ def nc_instance(rng, kind):
         W = np.vstack([_ranges(rng, d, int(rng.integers(1, d + 2))), np.zeros((2, d))])
     elif kind == "single":
         W = _ranges(rng, d, 1)
+    elif kind == "basis":                   # W = L B with a basis B that is not the identity
+        k = int(rng.integers(1, d + 1))
+        B = rng.normal(size=(k, d))
+        W = (rng.random((int(rng.integers(1, 2 * k + 2)), k)) < 0.5).astype(float) @ B
+        W = W[np.any(W != 0, axis=1)] if np.any(W) else B[:1]
+        c = float(10.0 ** rng.uniform(-4, 6)) * rng.uniform(1, 4, W.shape[0])
+        return cvxdp.fitness_problem(W, c, basis=B).problem
     else:                                   # "dense": random real workloads
         W = rng.normal(size=(int(rng.integers(1, d + 3)), d))
     c = float(10.0 ** rng.uniform(-4, 6)) * rng.uniform(1, 4, W.shape[0])
@@ -199,7 +218,7 @@ def nc_instance(rng, kind):
 
 
 NC_KINDS = {k: (lambda kk: (lambda r: nc_instance(r, kk)))(k)
-            for k in ("ranges", "duplicates", "zero_rows", "single", "d1", "dense")}
+            for k in ("ranges", "duplicates", "zero_rows", "single", "d1", "dense", "basis")}
 
 FAMILIES = {"admm": (cvxdp.ADMM, ADMM_KINDS), "mirror_descent": (cvxdp.MIRROR_DESCENT, MD_KINDS),
             "newton_cg": (cvxdp.NEWTON_CG, NC_KINDS)}
