@@ -26,7 +26,6 @@ from .interfaces.mirror_descent import MirrorDescentMethod
 from .interfaces.newton_cg import NewtonCGMethod
 from .interfaces.options import SHARED_NAMES
 from .interfaces.warm_start import CACHE
-from .marginal_polytope import MarginalPolytope
 from .solvers.result import SOLUTION_PRESENT
 
 __all__ = ["solve", "ADMM", "NEWTON_CG", "MIRROR_DESCENT", "METHODS"]
@@ -183,49 +182,19 @@ def _strip_cvxdp(kwargs: dict) -> dict:
 
 def _passthrough(problem, solver, warm_start, verbose, kwargs, **shared) -> float:
     """Hand the problem to cvxpy's own solve; shared options are forwarded as given.
-    ``MarginalPolytope`` constraints are first written as their junction tree's local
-    polytope (exact for the triangulated model), and the result is copied back."""
+    ``MarginalPolytope`` canonicalises itself (its junction tree's local polytope), so this
+    is exactly ``problem.solve(solver=...)``."""
     fwd = dict(kwargs)
     for k, v in shared.items():
         if v is not None:
             fwd[k] = v
-    expanded = _expand_marginal_polytopes(problem)
-    if expanded is None:
-        return problem.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
-    expanded.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
-    primal = {v.id: v.value for v in problem.variables()}
-    duals = {c.id: c.dual_value for c in problem.constraints
-             if not isinstance(c, MarginalPolytope) and c.dual_value is not None}
-    stats = expanded.solver_stats
-    write_solution(problem, status=expanded.status, opt_val=expanded.value, primal_vars=primal,
-                   dual_vars=duals, solver_name=stats.solver_name,
-                   solve_time=stats.solve_time or 0.0, setup_time=stats.setup_time or 0.0,
-                   num_iters=stats.num_iters or 0,
-                   extra_stats={"local_polytope": True, "inner": stats.extra_stats},
-                   compilation_time=expanded.compilation_time or 0.0)
-    return problem.value
-
-
-def _expand_marginal_polytopes(problem: cp.Problem) -> cp.Problem | None:
-    """The problem with every MarginalPolytope replaced by its local polytope (``None`` if
-    there is none).  An unknown total (``total=None``) stays free, optimised with the
-    marginals, as in the canonicaliser and in MIRROR_DESCENT."""
-    mps = [c for c in problem.constraints if isinstance(c, MarginalPolytope)]
-    if not mps:
-        return None
-    cons = []
-    for c in problem.constraints:
-        if not isinstance(c, MarginalPolytope):
-            cons.append(c)
-            continue
-        cons.extend(c.local_polytope(c.known_total()))
-    return cp.Problem(problem.objective, cons)
+    return problem.solve(solver=solver, warm_start=warm_start, verbose=verbose, **fwd)
 
 
 def _verify(problem: cp.Problem, solver: str, primal: dict[int, Any],
             ours: float) -> dict[str, Any]:
     """Re-solve with a reference solver; report the objective gap and max |x - x_ref|."""
-    ref = _expand_marginal_polytopes(problem) or cp.Problem(problem.objective, problem.constraints)
+    ref = cp.Problem(problem.objective, problem.constraints)
     t0 = time.perf_counter()
     try:
         ref.solve(solver=solver)

@@ -222,7 +222,12 @@ class MarginalPolytope(Constraint):
         if total is None:
             total = self.total
         mus = [cp.Variable(tree.cells[i], nonneg=True, name=f"jt_clique_{i}") for i in range(len(tree.cliques))]
-        cons: list[Constraint] = []
+        # First (its dual is the constraint's dual, see save_dual_value): every measured
+        # marginal is its junction-tree clique's marginal, stacked into one equality.
+        defs = [self.flat(k, args) - marginalizer(tree.sizes, tree.cliques[tree.home[k]],
+                                                  tree.factors[k]) @ mus[tree.home[k]]
+                for k in range(len(self.cliques))]
+        cons: list[Constraint] = [(cp.hstack(defs) if len(defs) > 1 else defs[0]) == 0]
         for i in tree.preorder[1:]:
             p = tree.parent[i]
             sep = tree.separators[i]
@@ -230,15 +235,35 @@ class MarginalPolytope(Constraint):
                         == marginalizer(tree.sizes, tree.cliques[p], sep) @ mus[p])
         if total is not None:
             cons.append(cp.sum(mus[tree.preorder[0]]) == total)
-        for k in range(len(self.cliques)):
-            home = tree.home[k]
-            cons.append(self.flat(k, args) == marginalizer(tree.sizes, tree.cliques[home], tree.factors[k]) @ mus[home])
         return cons
+
+    # ---------------------------------------------------------------- duals
+    def save_dual_value(self, value) -> None:
+        """Store the multipliers ``y_C`` of ``marginals[C] == (the table's marginal on C)``,
+        given flat (all cliques stacked, each in C order) or as one array per clique.
+
+        With cvxpy's sign (``y^T (lhs - rhs)``) and marginals that appear nowhere else,
+        stationarity gives ``y_C = -grad_C loss``: the change of the optimal loss per unit
+        added to a measured marginal.  ``dual_value`` is one array per clique shaped like its
+        marginal (a single array for one clique)."""
+        if isinstance(value, (list, tuple)):
+            parts = [np.asarray(v, dtype=float) for v in value]
+        else:
+            flat = np.asarray(value, dtype=float).ravel()
+            sizes = [a.size for a in self.args]
+            if flat.size != sum(sizes):
+                raise ValueError(f"MarginalPolytope: {flat.size} multipliers for {sum(sizes)} "
+                                 f"marginal cells")
+            parts = np.split(flat, np.cumsum(sizes)[:-1])
+        for dv, a, part in zip(self.dual_variables, self.args, parts):
+            dv.save_value(np.reshape(part, a.shape, order="C") if a.shape else float(part[0]))
 
 
 def _marginal_polytope_canon(con: MarginalPolytope, args, solver_context=None):
     """Dcp2Cone canonicalizer: the local polytope of the junction tree (exact), so a plain
-    ``prob.solve(solver=cp.CLARABEL)`` solves the same problem (unknown total: free)."""
+    ``prob.solve(solver=cp.CLARABEL)`` solves the same problem (unknown total: free).  The
+    first constraint carries the dual cvxpy maps back to ``con`` (the stacked marginal
+    definitions, see :meth:`MarginalPolytope.save_dual_value`)."""
     cons = con.local_polytope(con.total, args=args)
     return cons[0], cons[1:]
 

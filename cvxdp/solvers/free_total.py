@@ -158,7 +158,7 @@ def free_lower_bound(problem: md.MarginalProblem, loss: MarginalLoss, lams) -> t
     return c, m
 
 
-def _lams_of(loss: MarginalLoss, flat: np.ndarray) -> list[np.ndarray]:
+def lams_of(loss: MarginalLoss, flat: np.ndarray) -> list[np.ndarray]:
     out, k = [], 0
     for t in loss.terms:
         out.append(flat[k:k + t.b.size])
@@ -303,7 +303,7 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
         f, g, lams = loss.value_grad(mu, res.info.get("tau", 0.0) if not loss.smooth else 0.0)
         add(lams)
         if res.duals.get("loss") is not None and res.duals["loss"].size:
-            lp_lams = _lams_of(loss, res.duals["loss"])
+            lp_lams = lams_of(loss, res.duals["loss"])
             add(lp_lams)
             g = loss.adjoint(lp_lams)
         f = loss.value(mu)
