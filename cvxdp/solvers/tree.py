@@ -219,6 +219,64 @@ class Forest:
         return self._from_bfs(lam)[self.is_internal]
 
 
+    def interval_multipliers(self, L: np.ndarray, U: np.ndarray, y_ref: np.ndarray,
+                             slack: float) -> np.ndarray | None:
+        """``lam = C^T y`` with ``L <= lam <= U`` (``C = consistency_matrix()``), the ``y``
+        closest to ``y_ref`` (one per node, zero on leaves) level by level; ``None`` if
+        the intervals conflict by more than ``slack``.
+
+        ``lam_v = y_v [v internal] - y_parent(v)``: difference constraints
+        ``y_v - y_p in [L_v, U_v]``.  Bottom up, each internal node gets the interval of
+        ``y_v`` its subtree allows; top down, each ``y_v`` is ``y_ref`` clipped to its
+        interval intersected with what its parent's value leaves."""
+        Ilo, Ihi = self._subtree_intervals(L[self.order], U[self.order])
+        internal = self._n_children_pos > 0
+        if np.any(Ilo[internal] > Ihi[internal] + slack):
+            return None
+        yv = self._closest_within(Ilo, Ihi, L[self.order], U[self.order], y_ref[self.order])
+        lam_p = np.where(internal, yv, 0.0)
+        for d in range(1, self.n_levels):
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
+            lam_p[s:e] -= self._expand(d, yv[self._parent_slices[d]])
+        lam = np.empty(self.n)
+        lam[self.order] = lam_p
+        return lam
+
+    def _subtree_intervals(self, Lp: np.ndarray, Up: np.ndarray):
+        """Bottom-up pass of :meth:`interval_multipliers` (BFS positions)."""
+        Ilo = np.full(self.n, -np.inf)
+        Ihi = np.full(self.n, np.inf)
+        internal = self._n_children_pos > 0
+        for d in range(self.n_levels - 1, 0, -1):
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
+            par = self._parent_slices[d]
+            kid_int = internal[s:e]
+            # constraint on the parent's y from each child: y_p in [y_c - U_c, y_c - L_c]
+            jlo = np.where(kid_int, Ilo[s:e] - Up[s:e], -Up[s:e])
+            jhi = np.where(kid_int, Ihi[s:e] - Lp[s:e], -Lp[s:e])
+            Ilo[par] = self._block_reduce(d, jlo, np.maximum)
+            Ihi[par] = self._block_reduce(d, jhi, np.minimum)
+        roots = slice(self.level_bounds[0], self.level_bounds[1])
+        Ilo[roots] = np.where(internal[roots], np.maximum(Ilo[roots], Lp[roots]), Ilo[roots])
+        Ihi[roots] = np.where(internal[roots], np.minimum(Ihi[roots], Up[roots]), Ihi[roots])
+        return Ilo, Ihi
+
+    def _closest_within(self, Ilo, Ihi, Lp, Up, y_ref) -> np.ndarray:
+        """Top-down pass of :meth:`interval_multipliers` (BFS positions)."""
+        internal = self._n_children_pos > 0
+        roots = slice(self.level_bounds[0], self.level_bounds[1])
+        yv = np.zeros(self.n)
+        yv[roots] = np.clip(y_ref[roots], Ilo[roots], Ihi[roots])
+        for d in range(1, self.n_levels):
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
+            ypar = self._expand(d, yv[self._parent_slices[d]])
+            lo = np.maximum(Ilo[s:e], ypar + Lp[s:e])
+            hi = np.minimum(Ihi[s:e], ypar + Up[s:e])
+            hi = np.maximum(hi, lo)            # within slack: collapse
+            yv[s:e] = np.where(internal[s:e], np.clip(y_ref[s:e], lo, hi), 0.0)
+        return yv
+
+
 def _depths(parent: np.ndarray) -> np.ndarray:
     """Depth of every node by pointer jumping (list ranking), O(n log depth).
 
