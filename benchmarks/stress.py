@@ -40,6 +40,7 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
+from cvxdp.atoms import PrivacyCost, QueryVariance
 
 EPS_ABS, EPS_REL = 1e-6, 1e-6
 ROUNDING = 1e-12            # the rounding floor of a violation, relative to its terms
@@ -209,13 +210,28 @@ def nc_instance(rng, kind):
         W = (rng.random((int(rng.integers(1, 2 * k + 2)), k)) < 0.5).astype(float) @ B
         W = W[np.any(W != 0, axis=1)] if np.any(W) else B[:1]
         c = float(10.0 ** rng.uniform(-4, 6)) * rng.uniform(1, 4, W.shape[0])
-        return cvxdp.fitness_problem(W, c, basis=B).problem
+        return _with_repair(cvxdp.fitness_problem(W, c, basis=B))
     else:                                   # "dense": random real workloads
         W = rng.normal(size=(int(rng.integers(1, d + 3)), d))
     c = float(10.0 ** rng.uniform(-4, 6)) * rng.uniform(1, 4, W.shape[0])
     if rng.random() < 0.25:
-        return cvxdp.fitness_problem(W, c, privacy_bound=float(rng.uniform(0.5, 4))).problem
-    return cvxdp.fitness_problem(W, c).problem
+        rho = float(rng.uniform(0.5, 4))
+        return _with_repair(cvxdp.fitness_problem(W, c, privacy_bound=rho), rho)
+    return _with_repair(cvxdp.fitness_problem(W, c))
+
+
+def _with_repair(model, rho=None) -> cp.Problem:
+    """The model's problem, with ``stress_repair()``: the objective of the current ``X`` made
+    exactly feasible by scaling (a reference's point may miss targets of 1e-4 by 0.5%: its
+    objective is then not the optimum's)."""
+    def repaired() -> float:
+        X = np.asarray(model.X.value, dtype=float)
+        ratio = float(np.max(QueryVariance(cp.Constant(X), model.L).value / model.c))
+        if rho is None:
+            return float(PrivacyCost(cp.Constant(X), model.B).value) * max(1.0, ratio)
+        return ratio * max(1.0, float(PrivacyCost(cp.Constant(X), model.B).value) / rho)
+    model.problem.stress_repair = repaired
+    return model.problem
 
 
 NC_KINDS = {k: (lambda kk: (lambda r: nc_instance(r, kk)))(k)
@@ -240,7 +256,9 @@ def references(prob: cp.Problem):
                 prob.solve(solver=solver, **opts)
         except (cp.error.SolverError, cp.error.DCPError, ValueError):
             continue
-        if prob.status in (cp.OPTIMAL, cp.INFEASIBLE):
+        if prob.status == cp.OPTIMAL and hasattr(prob, "stress_repair"):
+            yield solver, prob.status, prob.stress_repair()
+        elif prob.status in (cp.OPTIMAL, cp.INFEASIBLE):
             yield solver, prob.status, prob.value
 
 
@@ -287,7 +305,9 @@ def judge(method: str, prob: cp.Problem) -> tuple[str, str]:
             traceback.extract_tb(exc.__traceback__)[-1].filename.split("/")[-1]
     outcome, detail = _compare(prob, val, ref_status, ref_val)
     if outcome in ("ok", "inaccurate", "nan"):
-        return (dual_check(prob, ref_val) if outcome == "ok" and prob.status == cp.OPTIMAL
+        # the optimum's best estimate: the lower of two feasible objectives (a reference point
+        # repaired to feasibility may sit above it)
+        return (dual_check(prob, min(val, ref_val)) if outcome == "ok" and prob.status == cp.OPTIMAL
                 else (outcome, detail))
     status = prob.status
     for _, other_status, other_val in refs:                 # re-solves: our values are gone
