@@ -167,22 +167,38 @@ def _separable_active_set(p: SeparablePoint, use_dual: bool) -> _ActiveSet:
     return act
 
 
-def _fixed_projection(p: SeparablePoint, act: _ActiveSet, delta: float, face: bool, zero_weight):
+@dataclass
+class _Targets:
+    """What the weighted projections of one polish variant share: the curvature ``h``
+    and the parts of ``h t`` that do not depend on the residual signs."""
+
+    h: np.ndarray                # w2, or delta where w2 = 0
+    w2y: np.ndarray              # w2 y
+    extra: np.ndarray            # delta xhat where w2 = 0 (the pull towards the ADMM point)
+    smooth: np.ndarray           # w2 > 0
+    face: bool                   # face projection: no linear term where w2 = 0
+
+
+def _targets(p: SeparablePoint, delta: float, face: bool) -> _Targets:
+    f = p.f
+    smooth = f.w2 > 0
+    return _Targets(h=np.where(smooth, f.w2, delta), w2y=f.w2 * f.y,
+                    extra=np.where(smooth, 0.0, delta * p.x), smooth=smooth, face=face)
+
+
+def _fixed_projection(p: SeparablePoint, act: _ActiveSet, tg: _Targets, zero_weight):
     """The weighted projection above with the zero residuals held by ``zero_weight``
     (``inf``: fixed); ``None`` when it has no solution."""
     f = p.f
-    w2 = f.w2
-    h = np.where(w2 > 0, w2, delta)
     on_bound = act.at_lo | act.at_hi
-    fixed = on_bound | (act.zero & np.isinf(zero_weight))
-    q = w2 * f.y - act.sigma * f.w1 + np.where(w2 > 0, 0.0, delta * p.x)
-    if face:
-        q = np.where(w2 > 0, q, delta * p.x)
-    bound_val = np.where(act.at_lo, f.lower, f.upper)
-    target = np.where(on_bound, bound_val, np.where(act.zero, f.y, q / h))
-    weights = np.where(on_bound, np.inf, np.where(act.zero, zero_weight, h))
+    q = tg.w2y - act.sigma * f.w1 + tg.extra
+    if tg.face:
+        q = np.where(tg.smooth, q, tg.extra)
+    target = np.where(on_bound, np.where(act.at_lo, f.lower, f.upper), np.where(act.zero, f.y, q / tg.h))
+    weights = np.where(on_bound, np.inf, np.where(act.zero, zero_weight, tg.h))
     if isinstance(p.proj, ForestProjector):
         return TreeLSQ(p.proj.forest, weights).project(target, p.proj.offsets)
+    fixed = on_bound | (act.zero & np.isinf(zero_weight))
     return _weighted_affine_projection(p.proj, target, weights, fixed)
 
 
@@ -194,16 +210,16 @@ def _polish_separable_once(p: SeparablePoint, face: bool, use_dual: bool) -> Pol
     f = p.f
     act = _separable_active_set(p, use_dual)
     # face: any positive weight, no linear term on the pure-L1 coordinates
-    delta = p.rho if face else _DELTA_REL * p.rho
+    tg = _targets(p, p.rho if face else _DELTA_REL * p.rho, face)
     tight = _MOVE_RTOL * (1.0 + float(np.max(np.abs(f.y), initial=0.0)))
     reason = None
     for rnd in range(1, _ROUNDS + 1):
-        x = _fixed_projection(p, act, delta, face, np.where(act.zero, np.inf, 0.0))
+        x = _fixed_projection(p, act, tg, np.where(act.zero, np.inf, 0.0))
         if x is None:
             return _failed(reason or "weighted projection has no solution", rnd)
         resid = _max_residual(p.proj, x)
         if resid > p.eps_abs and act.zero.any():
-            x = _release_conflicts(p, act, delta, face, resid, tight)
+            x = _release_conflicts(p, act, tg, resid, tight)
             if x is None:
                 return _failed(reason or "weighted projection has no solution", rnd)
         free = ~(act.at_lo | act.at_hi | act.zero)
@@ -215,18 +231,18 @@ def _polish_separable_once(p: SeparablePoint, face: bool, use_dual: bool) -> Pol
     return _failed(reason, _ROUNDS)
 
 
-def _release_conflicts(p: SeparablePoint, act: _ActiveSet, delta, face, resid, tight):
+def _release_conflicts(p: SeparablePoint, act: _ActiveSet, tg: _Targets, resid, tight):
     """The fixed values conflict: a node with tiny ``|y|`` next to a bound can look like
     a zero residual while the optimum has it on the bound.  Holding the zero residuals
     by a heavy but finite weight lets the conflict resolve; nodes that move by a good
     fraction of the conflict are released (in place), then the projection is redone."""
-    xs = _fixed_projection(p, act, delta, face, np.where(act.zero, _HEAVY * p.rho, 0.0))
+    xs = _fixed_projection(p, act, tg, np.where(act.zero, _HEAVY * p.rho, 0.0))
     if xs is None:
         return None
     moved = act.zero & (np.abs(xs - p.f.y) > max(tight, _CONFLICT_FRACTION * resid))
     act.sigma = np.where(moved, np.sign(xs - p.f.y), act.sigma)
     act.zero &= ~moved
-    return _fixed_projection(p, act, delta, face, np.where(act.zero, np.inf, 0.0))
+    return _fixed_projection(p, act, tg, np.where(act.zero, np.inf, 0.0))
 
 
 def _certify_separable(p: SeparablePoint, x: np.ndarray, rounds: int) -> PolishResult:

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from ._linalg import dot as _dot
 from .isotonic import Chains
 from .losses import SeparableLoss
+from .tree import distinct
 
 __all__ = ["ConsistencyData", "ADMMSettings", "ADMMState"]
 
@@ -69,7 +70,7 @@ def _separable_loss(data: ConsistencyData) -> SeparableLoss | None:
     if np.any(nnz_row > 1):
         return None
     cols = M.indices
-    if np.unique(cols).size != cols.size:
+    if not distinct(cols, data.n):
         return None
     a = M.data
     rows = np.flatnonzero(nnz_row == 1)
