@@ -319,7 +319,7 @@ class TreeLSQ:
             raise ValueError(f"weights must have shape ({n},), got {a.shape}")
         if np.any(np.isnan(a)) or np.any(a < 0):
             raise ValueError("weights must be non-negative (inf fixes a node)")
-        a = a[f.order]
+        a = f._to_bfs(a)
         with np.errstate(divide="ignore"):
             kself = 1.0 / a                    # inf for unmeasured, 0 for fixed
         cself, kappa, kchild = self._upward(kself)
@@ -358,6 +358,9 @@ class TreeLSQ:
                 s1, e1 = f.level_bounds[d + 1], f.level_bounds[d + 2]
                 kchild[f._parent_slices[d + 1]] = f._block_sum(d + 1, kappa[s1:e1])
             ks, kc, hc = kself[s:e], kchild[s:e], has_children[s:e]
+            if not hc.any():                   # a level of leaves (half the nodes of a binary tree)
+                kappa[s:e] = ks
+                continue
             ks_inf, kc_inf = np.isinf(ks), np.isinf(kc)
             den = ks + kc
             with np.errstate(divide="ignore", invalid="ignore"):
