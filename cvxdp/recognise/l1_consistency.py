@@ -55,7 +55,6 @@ class Extraction:
     upper_src: np.ndarray | None = None
     bound_sources: list = field(default_factory=list)  # id -> (constraint, row, coefficient)
     order_edges: dict = field(default_factory=dict)    # lo coordinate -> (constraint, row, coefficient)
-    order_constraints: list = field(default_factory=list)
     ineq_constraints: list = field(default_factory=list)
     trivially_infeasible: str | None = None
 

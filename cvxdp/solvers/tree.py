@@ -78,15 +78,12 @@ class Forest:
             pos[nodes] = np.arange(s, s + nodes.size)
             bounds.append(s + nodes.size)
         self.order = order
-        self.pos = pos
         self.level_bounds = bounds              # level d occupies BFS positions [bounds[d], bounds[d+1])
-        self.depth = depth
         self.n_levels = len(bounds) - 1
         # Parent of each BFS position, in BFS positions (-1 for roots).
         ppos = np.full(n, -1, dtype=np.int64)
         nonroot = self.parent[order] >= 0
         ppos[nonroot] = pos[self.parent[order][nonroot]]
-        self._ppos = ppos
         # Child blocks per level: for level d >= 1, the distinct parents (BFS
         # positions, increasing) and where each one's block starts in the level.
         self._blocks = [None]
@@ -324,8 +321,6 @@ class TreeLSQ:
             kself = 1.0 / a                    # inf for unmeasured, 0 for fixed
         cself, kappa, kchild = self._upward(kself)
         share = self._shares(kappa, kchild)
-        self._cself = cself
-        self._share = share
         # Per-level coefficients collapse to scalars when uniform (unit weights on a
         # complete tree): scalar multiplies and strided adds keep project() cheap.
         self._c_level = [None]
