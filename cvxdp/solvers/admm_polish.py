@@ -131,8 +131,15 @@ def polish_separable(p: SeparablePoint) -> PolishResult:
     if f.y.size > _POLISH_VARIANTS_MAX_N:
         variants = variants[:2]
     best, reason, rounds = None, None, 0
+    tried: list[tuple[bool, _ActiveSet]] = []
     for use_dual, face in variants:
-        pol = _polish_separable_once(p, face=face, use_dual=use_dual)
+        act = _separable_active_set(p, use_dual)
+        # the dual point may not move the guess (no pure-L1 coordinate it decides, or no
+        # repaired dual point): the same inputs would repeat the same rounds
+        if any(face == f0 and act.same_as(a0) for f0, a0 in tried):
+            continue
+        tried.append((face, act.copy()))
+        pol = _polish_separable_once(p, act, face)
         rounds += pol.rounds
         if reason is None or pol.ok:
             reason = pol.reason
@@ -154,6 +161,13 @@ class _ActiveSet:
     at_hi: np.ndarray
     zero: np.ndarray
     sigma: np.ndarray
+
+    def copy(self) -> "_ActiveSet":
+        return _ActiveSet(self.at_lo.copy(), self.at_hi.copy(), self.zero.copy(), self.sigma.copy())
+
+    def same_as(self, other: "_ActiveSet") -> bool:
+        return (np.array_equal(self.at_lo, other.at_lo) and np.array_equal(self.at_hi, other.at_hi)
+                and np.array_equal(self.zero, other.zero) and np.array_equal(self.sigma, other.sigma))
 
 
 def _separable_active_set(p: SeparablePoint, use_dual: bool) -> _ActiveSet:
@@ -206,9 +220,10 @@ def _max_residual(proj, x) -> float:
     return float(np.max(np.abs(proj.residual(x)), initial=0.0))
 
 
-def _polish_separable_once(p: SeparablePoint, face: bool, use_dual: bool) -> PolishResult:
+def _polish_separable_once(p: SeparablePoint, act: _ActiveSet, face: bool) -> PolishResult:
+    """Rounds of weighted projection and active-set correction from the guess ``act``
+    (updated in place) until the set is final, then the certificate."""
     f = p.f
-    act = _separable_active_set(p, use_dual)
     # face: any positive weight, no linear term on the pure-L1 coordinates
     tg = _targets(p, p.rho if face else _DELTA_REL * p.rho, face)
     tight = _MOVE_RTOL * (1.0 + float(np.max(np.abs(f.y), initial=0.0)))
