@@ -64,6 +64,30 @@ def recognise(problem: cp.Problem) -> Extraction:
     obj = problem.objective
     if not isinstance(obj, cp.Minimize):
         raise NotRecognised("ADMM", _EXPECTED, "a Maximize objective")
+    variables = _checked_variables(problem)
+    lin = Linearizer(variables)
+    n = lin.n
+    terms, constant = collect(obj.expr, "ADMM", _EXPECTED)
+    if not terms:
+        raise NotRecognised("ADMM", _EXPECTED, "an objective without a loss term")
+    M, y, w1, w2 = _stack_losses(lin, terms)
+    lower, upper = _attribute_bounds(variables, lin)
+    ext = Extraction(data=None, variables=variables, linearizer=lin)  # type: ignore[arg-type]
+    rows = _read_constraints(problem, lin, ext)
+    _merge_bounds(ext, lower, upper, rows["lo_cand"], rows["hi_cand"])
+    chains = _order_chains(rows["edges_lo"], rows["edges_hi"], n)
+    A = sp.vstack(rows["A"]).tocsr() if rows["A"] else None
+    b = np.concatenate(rows["b"]) if rows["b"] else None
+    # A hierarchy written over the leaf counts (rows of M: indicators of a laminar family
+    # of leaf sets, e.g. cvxdp.nll of a measurement through tree.queries): the solver
+    # works in node space with the O(n) tree projection instead of factorizing M^T M.
+    lift = forest_from_queries(M) if chains is None and M.nnz > M.shape[0] else None
+    ext.data = ConsistencyData(n=n, M=M, y=y, w1=w1, w2=w2, lower=lower, upper=upper,
+                               A=A, b=b, chains=chains, constant=constant, lift=lift)
+    return ext
+
+
+def _checked_variables(problem: cp.Problem) -> list:
     variables = problem.variables()
     if not variables:
         raise NotRecognised("ADMM", _EXPECTED, "a problem without variables")
@@ -71,14 +95,14 @@ def recognise(problem: cp.Problem) -> Extraction:
         bad = [a for a in _UNSUPPORTED_ATTRS if v.attributes.get(a)]
         if bad:
             raise NotRecognised("ADMM", _EXPECTED, f"variable {v.name()} with attribute {bad[0]}")
-    lin = Linearizer(variables)
-    n = lin.n
-    terms, constant = collect(obj.expr, "ADMM", _EXPECTED)
-    if not terms:
-        raise NotRecognised("ADMM", _EXPECTED, "an objective without a loss term")
+    return variables
 
-    # ---- losses: stack rows, merging terms on the same affine map
-    groups: list[list] = []        # [M, y, w1, w2, expr]
+
+def _stack_losses(lin: Linearizer, terms):
+    """``(M, y, w1, w2)``: the loss rows stacked, terms on the same affine map merged
+    (an L1 and a squared term of one residual make one elastic-net row); rows of zero
+    weight dropped."""
+    groups: list[list] = []        # [M, y, w1, w2]
     for t in terms:
         try:
             M, c = lin(t.expr)
@@ -92,21 +116,21 @@ def recognise(problem: cp.Problem) -> Extraction:
         else:
             g = [M, y, np.zeros(M.shape[0]), np.zeros(M.shape[0])]
             groups.append(g)
-        if t.kind == "l1":
-            g[2] += w
-        else:
-            g[3] += w
-    Mall = sp.vstack([g[0] for g in groups]).tocsr() if len(groups) > 1 else groups[0][0]
-    yall = np.concatenate([g[1] for g in groups])
+        g[2 if t.kind == "l1" else 3] += w
+    M = sp.vstack([g[0] for g in groups]).tocsr() if len(groups) > 1 else groups[0][0]
+    y = np.concatenate([g[1] for g in groups])
     w1 = np.concatenate([g[2] for g in groups])
     w2 = np.concatenate([g[3] for g in groups])
     keep = (w1 > 0) | (w2 > 0)
     if not keep.all():
-        Mall, yall, w1, w2 = Mall[keep], yall[keep], w1[keep], w2[keep]
+        M, y, w1, w2 = M[keep], y[keep], w1[keep], w2[keep]
+    return M.tocsr(), y, w1, w2
 
-    # ---- bounds from variable attributes
-    lower = np.full(n, -np.inf)
-    upper = np.full(n, np.inf)
+
+def _attribute_bounds(variables, lin: Linearizer):
+    """``(lower, upper)`` from the variables' attributes (nonneg, nonpos, bounds)."""
+    lower = np.full(lin.n, -np.inf)
+    upper = np.full(lin.n, np.inf)
     for v in variables:
         off = lin.offsets[v.id]
         sl = slice(off, off + v.size)
@@ -121,18 +145,20 @@ def recognise(problem: cp.Problem) -> Extraction:
                 lower[sl] = np.maximum(lower[sl], np.broadcast_to(np.asarray(_value(lo), float), v.shape).ravel(order="F"))
             if hi is not None:
                 upper[sl] = np.minimum(upper[sl], np.broadcast_to(np.asarray(_value(hi), float), v.shape).ravel(order="F"))
+    return lower, upper
 
-    ext = Extraction(data=None, variables=variables, linearizer=lin)  # type: ignore[arg-type]
-    A_rows, b_rows = [], []
+
+def _read_constraints(problem: cp.Problem, lin: Linearizer, ext: Extraction) -> dict:
+    """Equality rows (``A``, ``b``, recorded in ``ext.eq_blocks``), bound candidates
+    ``(coords, values, source ids)`` and order edges of the constraints."""
+    out = {"A": [], "b": [], "lo_cand": [], "hi_cand": [], "edges_lo": [], "edges_hi": []}
     row = 0
-    lo_cand, hi_cand = [], []     # (coords, values, source ids)
-    edges_lo, edges_hi = [], []
     for con in problem.constraints:
         if isinstance(con, (Equality, Zero)):
             expr = con.expr if isinstance(con, Equality) else con.args[0]
             M, c = _lin_constraint(lin, expr, con)
-            A_rows.append(M)
-            b_rows.append(-c)
+            out["A"].append(M)
+            out["b"].append(-c)
             ext.eq_blocks.append((con, row, row + M.shape[0]))
             row += M.shape[0]
         elif isinstance(con, (Inequality, NonPos, NonNeg)):
@@ -145,11 +171,17 @@ def recognise(problem: cp.Problem) -> Extraction:
             G, g = _lin_constraint(lin, expr, con)
             if sign < 0:
                 G, g = -G, -g
-            _classify_inequality(ext, con, G, g, lo_cand, hi_cand, edges_lo, edges_hi)
+            _classify_inequality(ext, con, G, g, out["lo_cand"], out["hi_cand"],
+                                 out["edges_lo"], out["edges_hi"])
         else:
             raise NotRecognised("ADMM", _EXPECTED, f"a constraint of type {type(con).__name__}")
+    return out
 
-    # ---- merge bounds, remembering which row is the tightest (it gets the dual)
+
+def _merge_bounds(ext: Extraction, lower, upper, lo_cand, hi_cand) -> None:
+    """Tighten ``lower``/``upper`` (in place) by the bound rows, remembering which row is
+    the tightest per coordinate (it gets the dual) in ``ext.lower_src``/``upper_src``."""
+    n = lower.size
     ext.lower_src = np.full(n, -1, dtype=np.int64)
     ext.upper_src = np.full(n, -1, dtype=np.int64)
     for cands, bound, src, better in ((lo_cand, lower, ext.lower_src, np.greater),
@@ -166,25 +198,15 @@ def recognise(problem: cp.Problem) -> Extraction:
         j = int(np.flatnonzero(lower > upper)[0])
         ext.trivially_infeasible = f"lower bound {lower[j]} exceeds upper bound {upper[j]} on coordinate {j}"
 
-    chains = None
-    if edges_lo:
-        lo_e = np.concatenate(edges_lo)
-        hi_e = np.concatenate(edges_hi)
-        chains = Chains.from_edges(lo_e, hi_e, n)
-        if chains is None:
-            raise NotRecognised("ADMM", _EXPECTED, "order constraints x_i <= x_j that do not form "
-                                "disjoint chains")
 
-    A = sp.vstack(A_rows).tocsr() if A_rows else None
-    b = np.concatenate(b_rows) if b_rows else None
-    Mall = Mall.tocsr()
-    # A hierarchy written over the leaf counts (rows of M: indicators of a laminar family
-    # of leaf sets, e.g. cvxdp.nll of a measurement through tree.queries): the solver
-    # works in node space with the O(n) tree projection instead of factorizing M^T M.
-    lift = forest_from_queries(Mall) if chains is None and Mall.nnz > Mall.shape[0] else None
-    ext.data = ConsistencyData(n=n, M=Mall, y=yall, w1=w1, w2=w2, lower=lower, upper=upper,
-                               A=A, b=b, chains=chains, constant=constant, lift=lift)
-    return ext
+def _order_chains(edges_lo, edges_hi, n: int) -> Chains | None:
+    if not edges_lo:
+        return None
+    chains = Chains.from_edges(np.concatenate(edges_lo), np.concatenate(edges_hi), n)
+    if chains is None:
+        raise NotRecognised("ADMM", _EXPECTED, "order constraints x_i <= x_j that do not form "
+                            "disjoint chains")
+    return chains
 
 
 # ---------------------------------------------------------------------------
