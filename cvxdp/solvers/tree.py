@@ -57,8 +57,34 @@ class Forest:
             raise ValueError("a node cannot be its own parent")
         self.n = n
         self.parent = parent.astype(np.int64, copy=True)
+        order, pos, bounds = self._bfs_order()
+        self.order = order
+        self.level_bounds = bounds              # level d occupies BFS positions [bounds[d], bounds[d+1])
+        self.n_levels = len(bounds) - 1
+        # Parent of each BFS position, in BFS positions (-1 for roots).
+        ppos = np.full(n, -1, dtype=np.int64)
+        nonroot = self.parent[order] >= 0
+        ppos[nonroot] = pos[self.parent[order][nonroot]]
+        self._blocks = self._child_blocks(ppos)
+        counts = np.bincount(ppos[ppos >= 0], minlength=n) if n else np.zeros(0, np.int64)
+        self._n_children_pos = counts
+        self.is_internal = np.zeros(n, dtype=bool)
+        self.is_internal[order[counts > 0]] = True
+        self._identity = bool(np.array_equal(order, np.arange(n)))
+        # parents of level d are a contiguous range when every node of level d-1
+        # has children (complete trees): then slices replace fancy indexing.
+        self._parent_slices = [None]
+        for d in range(1, self.n_levels):
+            parents = self._blocks[d][0]
+            contiguous = parents.size and parents[-1] - parents[0] + 1 == parents.size
+            self._parent_slices.append(slice(int(parents[0]), int(parents[-1]) + 1)
+                                       if contiguous else parents)
+
+    def _bfs_order(self):
+        """``(order, pos, level bounds)``: BFS order by depth, then by the BFS position
+        of the parent, then index; ``pos`` its inverse."""
+        n = self.n
         depth = _depths(self.parent)
-        # BFS order: by depth, then by the BFS position of the parent, then index.
         order = np.empty(n, dtype=np.int64)
         pos = np.empty(n, dtype=np.int64)
         roots = np.flatnonzero(self.parent < 0)
@@ -77,36 +103,21 @@ class Forest:
             order[s: s + nodes.size] = nodes
             pos[nodes] = np.arange(s, s + nodes.size)
             bounds.append(s + nodes.size)
-        self.order = order
-        self.level_bounds = bounds              # level d occupies BFS positions [bounds[d], bounds[d+1])
-        self.n_levels = len(bounds) - 1
-        # Parent of each BFS position, in BFS positions (-1 for roots).
-        ppos = np.full(n, -1, dtype=np.int64)
-        nonroot = self.parent[order] >= 0
-        ppos[nonroot] = pos[self.parent[order][nonroot]]
-        # Child blocks per level: for level d >= 1, the distinct parents (BFS
-        # positions, increasing) and where each one's block starts in the level.
-        self._blocks = [None]
+        return order, pos, bounds
+
+    def _child_blocks(self, ppos: np.ndarray) -> list:
+        """Per level ``d >= 1``: the distinct parents (BFS positions, increasing), where
+        each one's block of children starts in the level, the block sizes, and the
+        common size ``k`` (0 when they differ)."""
+        blocks = [None]
         for d in range(1, self.n_levels):
-            s, e = bounds[d], bounds[d + 1]
+            s, e = self.level_bounds[d], self.level_bounds[d + 1]
             pp = ppos[s:e]
             starts = np.flatnonzero(np.r_[True, pp[1:] != pp[:-1]])
             sizes = np.diff(np.r_[starts, e - s])
             k = int(sizes[0]) if sizes.size and np.all(sizes == sizes[0]) else 0
-            self._blocks.append((pp[starts], starts, sizes, k))
-        counts = np.bincount(ppos[ppos >= 0], minlength=n) if n else np.zeros(0, np.int64)
-        self._n_children_pos = counts
-        self.is_internal = np.zeros(n, dtype=bool)
-        self.is_internal[order[counts > 0]] = True
-        self._identity = bool(np.array_equal(order, np.arange(n)))
-        # parents of level d are a contiguous range when every node of level d-1
-        # has children (complete trees): then slices replace fancy indexing.
-        self._parent_slices = [None]
-        for d in range(1, self.n_levels):
-            parents = self._blocks[d][0]
-            contiguous = parents.size and parents[-1] - parents[0] + 1 == parents.size
-            self._parent_slices.append(slice(int(parents[0]), int(parents[-1]) + 1)
-                                       if contiguous else parents)
+            blocks.append((pp[starts], starts, sizes, k))
+        return blocks
 
     # ------------------------------------------------- level-wise primitives
     def _to_bfs(self, x: np.ndarray, copy: bool = True) -> np.ndarray:
