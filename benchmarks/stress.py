@@ -243,7 +243,9 @@ FAMILIES = {"admm": (cvxdp.ADMM, ADMM_KINDS), "mirror_descent": (cvxdp.MIRROR_DE
 
 
 # --------------------------------------------------------------------------- checks
-REFERENCES = ((cp.HIGHS, {}), (cp.CLARABEL, CLARABEL), (cp.SCS, dict(eps=1e-9, max_iters=100000)))
+# time limits: HiGHS's QP solver was seen to hang on a 30-variable elastic net
+REFERENCES = ((cp.HIGHS, dict(time_limit=20.0)), (cp.CLARABEL, dict(CLARABEL, time_limit=60.0)),
+              (cp.SCS, dict(eps=1e-9, max_iters=100000, time_limit_secs=60.0)))
 
 
 def references(prob: cp.Problem):
