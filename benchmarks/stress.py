@@ -324,7 +324,11 @@ def judge(method: str, prob: cp.Problem) -> tuple[str, str]:
 def _compare(prob: cp.Problem, val, ref_status: str, ref_val: float) -> tuple[str, str]:
     status = prob.status
     if ref_status == cp.INFEASIBLE:
-        return ("ok", "") if status == cp.INFEASIBLE else ("missed_infeasible", status)
+        if status == cp.INFEASIBLE:
+            return "ok", ""
+        if status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and violation(prob) <= EPS_ABS:
+            return "ref_disputed", "a feasible point refutes the reference's infeasibility"
+        return "missed_infeasible", status
     if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
         return "false_infeasible", f"reference {ref_val:.6g}"
     if val is None or not np.isfinite(val):
@@ -352,6 +356,8 @@ def dual_check(prob: cp.Problem, ref_val: float) -> tuple[str, str]:
             local = c.local_polytope(c.known_total())
             parts = c.dual_value if isinstance(c.dual_value, list) else [c.dual_value]
             y = np.concatenate([np.asarray(p, dtype=float).ravel(order="C") for p in parts])
+            if y.size != local[0].args[0].size:
+                return "bad_duals", "a MarginalPolytope dual of the wrong size (left by another solve)"
             lag = lag + y @ local[0].args[0]
             box += local[1:]
         else:

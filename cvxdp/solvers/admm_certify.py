@@ -77,6 +77,7 @@ def _record_multipliers(data, res: SolverResult, duals, w, chk, source) -> None:
         res.duals = {}
         res.info["duals_certified"] = False
         return
+    duals, w = chk.get("duals", duals), chk.get("w", w)      # the exactly dual-feasible ones
     res.duals = duals
     res.info["duals_certified"] = True
     res.info["duals_source"] = source
