@@ -259,14 +259,20 @@ def test_problem_two(case):
     assert again.iterations == 0
 
 
-def test_through_cvxpy_rank_deficient_identity_basis():
-    """The cvxpy path on a workload given in the cell basis (L = W, rank-deficient)."""
-    W = rank_deficient_ranges(10, seed0=2)
-    c = np.random.default_rng(4).uniform(1, 4, W.shape[0])
-    m = cvxdp.fitness_problem(W, c, basis=np.eye(10))
+def solved_in_cell_basis(n, seed0, seed_c, high):
+    """A rank-deficient range workload given in the cell basis (L = W), solved through
+    cvxpy to 1e-8: ``(model, W, c, value)``."""
+    W = rank_deficient_ranges(n, seed0=seed0)
+    c = np.random.default_rng(seed_c).uniform(1, high, W.shape[0])
+    m = cvxdp.fitness_problem(W, c, basis=np.eye(n))
     m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-8)
     assert m.problem.status == cp.OPTIMAL
-    ours = m.problem.value
+    return m, W, c, m.problem.value
+
+
+def test_through_cvxpy_rank_deficient_identity_basis():
+    """The cvxpy path on a workload given in the cell basis (L = W, rank-deficient)."""
+    m, W, c, ours = solved_in_cell_basis(10, 2, 4, 4)
     X = m.X.value.copy()
     assert np.all(cvxdp.query_variance(W, cp.Constant(X)).value <= c * (1 + 1e-9))
     m.problem.solve(solver=cp.CLARABEL, **TIGHT)
@@ -362,12 +368,7 @@ def test_nearly_rank_deficient_workload():
 
 
 def test_through_cvxpy_warm_starts_single_query_and_one_cell():
-    W = rank_deficient_ranges(8, seed0=9)
-    c = np.random.default_rng(9).uniform(1, 2, W.shape[0])
-    m = cvxdp.fitness_problem(W, c, basis=np.eye(8))
-    m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-8)
-    assert m.problem.status == cp.OPTIMAL
-    cold = m.problem.value
+    m, W, c, cold = solved_in_cell_basis(8, 9, 9, 2)
     m.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-8)      # warm: X.value
     assert m.problem.status == cp.OPTIMAL and m.problem.value == pytest.approx(cold, rel=1e-9)
     for bad in (np.zeros((8, 8)), np.full((8, 8), np.nan), -np.eye(8)):
