@@ -355,9 +355,9 @@ def dual_check(prob: cp.Problem, ref_val: float) -> tuple[str, str]:
         if isinstance(c, cvxdp.MarginalPolytope):     # y^T (marginals - A mu), mu in the polytope
             local = c.local_polytope(c.known_total())
             parts = c.dual_value if isinstance(c.dual_value, list) else [c.dual_value]
+            if [np.shape(p) for p in parts] != [a.shape for a in c.args]:
+                return "bad_duals", "a MarginalPolytope dual of the wrong shape (left by another solve)"
             y = np.concatenate([np.asarray(p, dtype=float).ravel(order="C") for p in parts])
-            if y.size != local[0].args[0].size:
-                return "bad_duals", "a MarginalPolytope dual of the wrong size (left by another solve)"
             lag = lag + y @ local[0].args[0]
             box += local[1:]
         else:
