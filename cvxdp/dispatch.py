@@ -25,7 +25,7 @@ from .interfaces.base import Method, Outcome, extra_stats
 from .interfaces.mirror_descent import MirrorDescentMethod
 from .interfaces.newton_cg import NewtonCGMethod
 from .interfaces.options import SHARED_NAMES
-from .interfaces.warm_start import CACHE
+from .interfaces.warm_start import CACHE, fingerprint
 from .solvers.result import SOLUTION_PRESENT
 
 __all__ = ["solve", "ADMM", "NEWTON_CG", "MIRROR_DESCENT", "METHODS"]
@@ -112,9 +112,10 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     if verbose:
         _ensure_handler()
         LOGGER.info("cvxdp: %s recognised the problem (%.3f s)", chosen.name, compile_time)
-    cached = CACHE.get(problem, chosen.name) if settings.warm_start else None
+    digest = fingerprint(problem)           # Parameter values are hashed once per solve
+    cached = CACHE.get(problem, chosen.name, digest) if settings.warm_start else None
     outcome = chosen.solve(problem, extraction, settings, cached=cached)
-    CACHE.put(problem, chosen.name, outcome.state)
+    CACHE.put(problem, chosen.name, outcome.state, digest)
     _finish(problem, chosen.name, outcome, settings, compile_time)
     if verbose:
         LOGGER.info("cvxdp: status %s, objective %.10g", problem.status, problem.value)

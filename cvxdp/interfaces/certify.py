@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
-from ..solvers.result import INFEASIBLE, INFEASIBLE_INACCURATE, OPTIMAL, OPTIMAL_INACCURATE
+from ..solvers.result import (INFEASIBLE, INFEASIBLE_INACCURATE, OPTIMAL, OPTIMAL_INACCURATE,
+                              relative_gap)
 
 __all__ = ["PointCheck", "check_point", "decide", "ROUNDING"]
 
@@ -115,13 +116,6 @@ def _constraint_violation(con) -> tuple[float, float]:
             arr = val.toarray() if hasattr(val, "toarray") else np.asarray(val, dtype=float)
             mag = max(mag, float(np.max(np.abs(arr), initial=0.0)))
     return viol, mag
-
-
-def relative_gap(objective: float, lower_bound: float) -> float:
-    """``(f - L) / max(1, |f|)``; ``inf`` when either is not finite."""
-    if not (math.isfinite(objective) and math.isfinite(lower_bound)):
-        return math.inf
-    return (objective - lower_bound) / max(1.0, abs(objective))
 
 
 def decide(status: str, check: PointCheck | None, lower_bound: float, *, eps_abs: float,

@@ -9,6 +9,7 @@ import cvxpy as cp
 
 from ..solvers import free_total
 from ..solvers import mirror_descent as md
+from ..solvers.marginal_duals import certifying_multipliers
 from ..solvers.result import SOLUTION_PRESENT
 
 from ..graphical_model import GraphicalModel
@@ -95,7 +96,7 @@ class MirrorDescentMethod:
                 mp.model = GraphicalModel(mp.domain, mp.tree, split(res.info["theta"]), total)
         duals = {}
         if primal:
-            y = certifying_duals(ext.loss, mp.tree, res, total, settings.eps_rel,
+            y = certifying_multipliers(ext.loss, mp.tree, res, total, settings.eps_rel,
                                  None if info["total_given"] else info.get("total_bound"))
             if y is not None:
                 duals[mp.id] = y
@@ -106,33 +107,3 @@ class MirrorDescentMethod:
                                                        algorithm=settings.algorithm),
                        warm_started=theta0 is not None, info=info)
 
-
-def certifying_duals(loss, tree, res, total: float, eps_rel: float,
-                     total_bound: float | None) -> np.ndarray | None:
-    """The multipliers ``y = -sum_t A_t^T lam_t`` of the marginal definitions (see
-    :meth:`cvxdp.MarginalPolytope.save_dual_value`), or ``None``.
-
-    ``lam`` is taken from the exact L1/mixed finish (its loss duals) or from the loss gradient
-    at the returned point, and kept only if its own bound certifies the returned loss ``f``:
-    the max-product bound ``min_{mu in M} <A^T lam, mu> - sum_t (lam_t^T b_t + phi_t^*(lam_t))``
-    (McKenna et al. 2019, sec. 4) with the total fixed, or, with the total free, the same bound
-    over the cone ``{N p : 0 <= N <= total_bound}`` (``c + min(0, m) total_bound``, see
-    :mod:`cvxdp.solvers.free_total`).  Either way ``(f - L) / max(1, |f|) <= eps_rel``."""
-    f = float(res.objective)
-    candidates = []
-    if res.duals.get("loss") is not None and res.duals["loss"].size:
-        candidates.append(free_total.lams_of(loss, res.duals["loss"]))
-    candidates.append(loss.value_grad(res.x)[2])
-    for lams in candidates:
-        if total_bound is None:
-            if not total > 0:
-                continue
-            bound = md.MarginalProblem(tree, loss, total).lower_bound(lams)
-        else:
-            parts = free_total.free_lower_bound(md.MarginalProblem(tree, loss, 1.0), loss, lams)
-            if parts is None:
-                continue
-            bound = parts[0] + min(0.0, parts[1]) * total_bound
-        if math.isfinite(bound) and (f - bound) / max(1.0, abs(f)) <= eps_rel:
-            return -loss.adjoint(lams)
-    return None

@@ -78,13 +78,9 @@ class Option:
         return out + (" or None" if self.nullable else "")
 
     def validate(self, method: str, value: Any) -> Any:
-        """``value`` converted to the option's type, or ``ValueError``."""
-        if value is None:
-            if self.nullable or self.default is None:
-                return None
-            self._fail(method, value)
-        check = getattr(self, "_as_" + self.kind)
-        return check(method, value)
+        """``value`` (not ``None``: that means the default) converted to the option's type,
+        or ``ValueError``."""
+        return getattr(self, "_as_" + self.kind)(method, value)
 
     def _fail(self, method: str, value: Any, why: str = "") -> None:
         shown = repr(value) if not isinstance(value, np.ndarray) else f"array of shape {value.shape}"

@@ -45,20 +45,22 @@ class WarmStartCache:
         self._store: "weakref.WeakKeyDictionary[cp.Problem, dict[str, tuple[str, Any]]]" = \
             weakref.WeakKeyDictionary()
 
-    def get(self, problem: cp.Problem, method: str) -> Any | None:
-        """The cached state for this problem and method if its data is unchanged."""
+    def get(self, problem: cp.Problem, method: str, digest: str | None = None) -> Any | None:
+        """The cached state for this problem and method if its data is unchanged
+        (``digest``: the problem's :func:`fingerprint`, if the caller has it already)."""
         entry = self._store.get(problem, {}).get(method)
-        if entry is None or entry[0] != fingerprint(problem):
+        if entry is None or entry[0] != (digest or fingerprint(problem)):
             return None
         return entry[1]
 
-    def put(self, problem: cp.Problem, method: str, state: Any) -> None:
+    def put(self, problem: cp.Problem, method: str, state: Any,
+            digest: str | None = None) -> None:
         """Remember ``state`` (``None`` forgets) for the problem's current data."""
         per_problem = self._store.setdefault(problem, {})
         if state is None:
             per_problem.pop(method, None)
         else:
-            per_problem[method] = (fingerprint(problem), state)
+            per_problem[method] = (digest or fingerprint(problem), state)
 
     def clear(self, problem: cp.Problem | None = None) -> None:
         """Forget everything (or everything about ``problem``)."""
