@@ -1,0 +1,543 @@
+"""ADMM on the local polytope of any clique set, stopped by a certified duality gap.
+
+Problem (module :mod:`cvxdp.solvers.region_graph` for the set ``L(N)``):
+
+    minimize  L(t) = sum_i f_i(t_i) + sum_t phi_t(Q_t t - y_t)    subject to  t in L(N),
+
+with ``f_i`` the one-cell rows (:mod:`cvxdp.solvers.local_loss`), ``phi_t`` the coupled rows,
+``N`` given or free (``t`` in the cone ``union_N L(N)``).  Splitting (Boyd et al. 2011, section
+5; the consistency set is handled exactly, like the tree projection of Lee, Wang & Kifer 2015):
+
+    x in V_N (consistent tables, total N),   nu >= 0 = x,   r_t = Q_t x,
+
+    x   <- argmin_{x in V_N} ||x - (nu - u)||^2 + ||Q x - (r - v)||^2   (projection; CG if Q)
+    nu  <- prox_{(f + I_{>=0}) / rho}(x^ + u),   r <- prox_{phi / rho}(Q x^ + v)
+    u   <- u + x^ - nu,   v <- v + Q x^ - r,     x^ = alpha x + (1 - alpha) (previous nu / r),
+
+over-relaxed (``alpha``), with residual-balancing updates of ``rho`` (OSQP's rule).
+
+Certificate.  *Primal*: the ``x`` iterate is consistent with total ``N`` to rounding; its few
+negative cells are removed by mixing it with the uniform tables, ``(1 - s) x + s U`` with the
+least ``s`` that makes it non-negative: a point of ``L(N)``.  *Dual*: for ``z_t`` in the domain
+of ``phi_t^*`` and ``lam`` orthogonal to the consistent directions ``V_0`` (to ``V`` for a free
+total), every ``t in L(N)`` has ``<lam, t> = <lam, U>`` and, with ``g = Q^T z + lam``,
+
+    L(t) >= -sum_t (z_t^T y_t + phi_t^*(z_t)) - <lam, U>
+            + sum_k [ min_{x in [0, N]^{C_k}} sum_{i in C_k} f_i(x_i) + (g_i - tau_k) x_i ] + N sum_k tau_k
+
+for every ``tau`` (each clique's total is ``N``; Lagrange on it).  The inner minima are one-cell
+closed forms, ``tau_k`` is found by bisection on the clique total (the bound is concave in
+``tau_k``), and ``lam, z`` come from the scaled duals (``rho u`` is a subgradient of
+``f + I_{>=0}`` at ``nu``, ``rho v`` of ``phi`` at ``r``): ``z = rho v`` (clipped into ``|z| <= w``
+for absolute rows; the gradient at the point for squared rows) and
+``lam = proj_{V_0^perp}(-rho u - Q^T z)``.  At a solution the bound is the
+optimum (strong duality of the convex program), so the gap closes as the iterates converge.
+For a free total the ``N`` term is ``min_{0 <= N <= N_max} N sum_k tau_k`` with ``N_max`` a proven
+bound on the optimal total (or ``+inf``; the bisection then targets the current total and
+``tau`` is shifted so that ``sum_k tau_k >= 0``).
+
+Multipliers.  The loss gradient ``G`` (its subgradient, for absolute rows, chosen from the
+ADMM duals) at the returned point, together with the same ``lam``, gives the *linearised*
+bound ``-L^*(G) + min_{t in L(N)} <G, t>`` (``min`` over each clique's cells, as above); when it
+certifies, ``-G`` is returned: the multipliers of ``marginal = table`` (cvxpy's sign).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import result as R
+from ._table import IterationTable
+from .local_loss import CellLoss, split_loss
+from .free_total import spanning_terms, total_bound
+from .marginal_loss import MarginalLoss
+from .region_graph import RegionGraph
+
+__all__ = ["LocalSettings", "LocalProblem", "solve", "lower_bound"]
+
+# bisection steps for each clique's multiplier tau (the bound is valid for any tau)
+_TAU_STEPS = 60
+# free total: steps to bracket the common clique total, then bisection steps on it
+_BRACKET_STEPS = 12
+_SECANT_STEPS = 30
+# adaptive rho: update when the scaled residuals differ by more than this factor
+_RHO_TOLERANCE = 5.0
+_RHO_RANGE = (1e-6, 1e6)
+# the certificate (one bisection pass) runs every this many convergence checks
+_CERTIFY_EVERY = 5
+# conjugate-gradient steps and relative tolerance of the x-update with coupled rows
+_CG_STEPS = 50
+_CG_TOL = 1e-10
+
+_COLUMNS = [("iter", "d"), ("objective", ".6e"), ("lower bnd", ".6e"), ("rel gap", ".2e"),
+            ("pri res", ".2e"), ("dua res", ".2e"), ("rho", ".2e"), ("time [s]", ".2f")]
+
+
+@dataclass
+class LocalSettings:
+    """Stopping rules (``eps_rel`` the certified relative gap, ``eps_abs`` the largest
+    violation of the returned point) and ADMM parameters."""
+
+    max_iters: int = 10000
+    eps_abs: float = 1e-6
+    eps_rel: float = 1e-6
+    time_limit: float = math.inf
+    rho: float | None = None
+    alpha: float = 1.6
+    adaptive_rho: bool = True
+    check_every: int = 10
+    verbose: bool = False
+    callback: Callable[[dict], bool] | None = None
+
+
+@dataclass
+class LocalProblem:
+    """``minimize loss(t)`` over the local polytope of ``graph`` with ``total`` (``None``:
+    free; a proven bound on the optimal total then comes from the loss terms that span a
+    clique's total, :func:`cvxdp.solvers.free_total.total_bound`)."""
+
+    graph: RegionGraph
+    loss: MarginalLoss
+    total: float | None
+
+    def __post_init__(self) -> None:
+        if self.loss.n != self.graph.n:
+            raise ValueError(f"LocalProblem: the loss has {self.loss.n} cells, the cliques {self.graph.n}")
+        if self.total is not None and not (math.isfinite(self.total) and self.total > 0):
+            raise ValueError(f"LocalProblem: total must be positive and finite, got {self.total}")
+        self.cells, self.coupled = split_loss(self.loss)
+        self.clique_of = np.repeat(np.arange(len(self.graph.cliques)), self.graph.cells)
+        terms = self.coupled.terms
+        self.Q = sp.vstack([t.A for t in terms]).tocsr() if terms else None
+        self.QT = self.Q.T.tocsr() if terms else None
+        self.spans = spanning_terms(self.loss, self.graph.offsets) if self.total is None else []
+
+    def total_max(self, upper: float) -> float | None:
+        """A proven bound on the optimal free total given a feasible loss value ``upper``."""
+        return total_bound(self.loss, self.spans, upper) if self.spans else None
+
+
+def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
+          state: dict | None = None) -> R.SolverResult:
+    """Run the ADMM of the module docstring; ``state`` (from a previous result) warm-starts."""
+    s = settings or LocalSettings()
+    t0 = time.perf_counter()
+    run = _Run(problem, s, state)
+    setup = time.perf_counter() - t0
+    res = run.iterate(t0)
+    res.setup_time = setup
+    res.solve_time = time.perf_counter() - t0 - setup
+    return res
+
+
+class _Run:
+    def __init__(self, p: LocalProblem, s: LocalSettings, state: dict | None) -> None:
+        self.p, self.s = p, s
+        G = p.graph
+        n, m = G.n, (p.Q.shape[0] if p.Q is not None else 0)
+        self.table = IterationTable(_COLUMNS, s.verbose)
+        est = p.total if p.total is not None else _total_guess(p)
+        if state and state.get("n") == n and state.get("m") == m:
+            self.nu, self.u = state["nu"].copy(), state["u"].copy()
+            self.r, self.v = state["r"].copy(), state["v"].copy()
+            self.rho = float(state["rho"]) if s.rho is None else s.rho
+            self.warm = True
+        else:
+            self.nu = G.uniform(est)
+            self.u = np.zeros(n)
+            self.r = p.Q @ self.nu if m else np.zeros(0)
+            self.v = np.zeros(m)
+            self.rho = s.rho if s.rho is not None else _default_rho(p, est)
+            self.warm = False
+        self.x = G.project(self.nu, p.total)
+        self.history: list[dict] = []
+        self.best: tuple[float, np.ndarray] | None = None
+        self.lower = -math.inf
+        self.lam_best = None
+        self.total_max = p.total
+
+    # ------------------------------------------------------------------ iteration
+    def x_update(self) -> None:
+        p, G = self.p, self.p.graph
+        a = self.nu - self.u
+        if p.Q is None:
+            self.x = G.project(a, p.total)
+            return
+        c = self.r - self.v
+        x = G.project(self.x, p.total)            # feasible start: the previous x
+        zero = 0.0 if p.total is not None else None
+
+        def P0(z):
+            return G.project(z, 0.0) if zero is not None else G.project(z, None)
+        g = P0((x - a) + p.QT @ (p.Q @ x - c))
+        d = -g
+        gg = float(g @ g)
+        tol = _CG_TOL * max(1.0, float(np.linalg.norm(a)) + float(np.linalg.norm(c))) ** 2
+        for _ in range(_CG_STEPS):
+            if gg <= tol:
+                break
+            Hd = P0(d + p.QT @ (p.Q @ d))
+            step = gg / float(d @ Hd)
+            x = x + step * d
+            g = g + step * Hd
+            gg_new = float(g @ g)
+            d = -g + (gg_new / gg) * d
+            gg = gg_new
+        self.x = x
+
+    def step(self) -> None:
+        p, s = self.p, self.s
+        self.x_update()
+        xh = s.alpha * self.x + (1 - s.alpha) * self.nu
+        self.nu_prev = self.nu
+        self.nu = p.cells.prox(xh + self.u, self.rho)
+        self.u += xh - self.nu
+        if p.Q is not None:
+            qx = p.Q @ self.x
+            qh = s.alpha * qx + (1 - s.alpha) * self.r
+            self.r_prev = self.r
+            self.r = _prox_rows(p.coupled, qh + self.v, self.rho)
+            self.v += qh - self.r
+
+    def residuals(self) -> tuple[float, float, float, float]:
+        """Primal and dual residuals and their scales (OSQP's)."""
+        p = self.p
+        rp = [self.x - self.nu]
+        rd = [self.nu - self.nu_prev]
+        if p.Q is not None:
+            qx = p.Q @ self.x
+            rp.append(qx - self.r)
+            rd.append(p.QT @ (self.r - self.r_prev))
+        r_p = max(float(np.max(np.abs(v), initial=0.0)) for v in rp)
+        r_d = self.rho * max(float(np.max(np.abs(v), initial=0.0)) for v in rd)
+        scale_p = max(float(np.max(np.abs(self.x))), float(np.max(np.abs(self.nu))), 1e-300)
+        du = self.u if p.Q is None else self.u + p.QT @ self.v
+        scale_d = max(self.rho * float(np.max(np.abs(du))), 1e-300)
+        return r_p, r_d, scale_p, scale_d
+
+    def adapt(self, r_p, r_d, scale_p, scale_d) -> None:
+        ratio = math.sqrt((r_p / scale_p) / max(r_d / scale_d, 1e-300)) if r_p > 0 else 0.0
+        if ratio > _RHO_TOLERANCE or 0 < ratio < 1 / _RHO_TOLERANCE:
+            new = float(np.clip(self.rho * ratio, *_RHO_RANGE))
+            self.u *= self.rho / new
+            self.v *= self.rho / new
+            self.rho = new
+
+    def iterate(self, t0: float) -> R.SolverResult:
+        p, s = self.p, self.s
+        self.table.header(f"cvxdp ADMM on the local polytope: {len(p.graph.cliques)} cliques, "
+                          f"{p.graph.n} cells, {len(p.graph.regions)} regions")
+        status, it, checks = None, 0, 0
+        for it in range(1, s.max_iters + 1):
+            self.step()
+            if it % s.check_every and it < s.max_iters:
+                continue
+            checks += 1
+            r_p, r_d, sc_p, sc_d = self.residuals()
+            elapsed = time.perf_counter() - t0
+            if checks % _CERTIFY_EVERY == 0 or it == s.max_iters:
+                self.certify()
+            gap = self.gap()
+            row = {"iter": it, "objective": self.best[0] if self.best else math.nan,
+                   "lower bnd": self.lower, "rel gap": gap, "pri res": r_p, "dua res": r_d,
+                   "rho": self.rho, "time [s]": elapsed}
+            self.history.append(row)
+            self.table.row(row)
+            if gap <= s.eps_rel:
+                status = R.OPTIMAL
+                break
+            if s.callback is not None and s.callback(dict(row)):
+                status = R.USER_LIMIT
+                break
+            if elapsed >= s.time_limit:
+                status = R.OPTIMAL_INACCURATE
+                break
+            if s.adaptive_rho:
+                self.adapt(r_p, r_d, sc_p, sc_d)
+        if status is None:
+            status = R.OPTIMAL_INACCURATE
+        return self.result(status, it)
+
+    # ------------------------------------------------------------------ certificate
+    def gap(self) -> float:
+        return R.relative_gap(self.best[0], self.lower) if self.best else math.inf
+
+    def certify(self) -> None:
+        """A feasible point and a lower bound from the current iterates."""
+        p = self.p
+        for cand in (self.x, p.graph.project(self.nu, p.total)):
+            pt = feasible_point(p.graph, cand, p.total)
+            f = p.loss.value(pt)
+            if self.best is None or f < self.best[0]:
+                self.best = (f, pt)
+        z = _row_duals(p.coupled, self.rho * self.v, p.Q @ self.best[1] if p.Q is not None else None)
+        qz = p.coupled.adjoint(z) if p.Q is not None else 0.0
+        lam = _orthogonal(p, -self.rho * self.u - qz)
+        total = p.total if p.total is not None else float(p.graph.totals(self.best[1])[0])
+        self.total_max = p.total_max(self.best[0]) if p.total is None else p.total
+        lb = lower_bound(p, lam, z, total, self.total_max)
+        if lb > self.lower:
+            self.lower, self.lam_best = lb, lam
+
+    def result(self, status: str, it: int) -> R.SolverResult:
+        p = self.p
+        if self.best is None:
+            self.certify()
+        f, x = self.best
+        info = {"rho": self.rho, "regions": len(p.graph.regions), "coupled_rows":
+                0 if p.Q is None else int(p.Q.shape[0]), "total": float(p.graph.totals(x)[0])}
+        y = self.multipliers(x, status)
+        duals = {"marginals": y} if y is not None else {}
+        info["duals_certified"] = y is not None
+        r_p, r_d, _, _ = self.residuals() if hasattr(self, "nu_prev") else (math.nan,) * 4
+        return R.SolverResult(
+            x=x, status=status, objective=f, lower_bound=self.lower, gap=self.gap(), duals=duals,
+            iterations=it, primal_residual=p.graph.residual(x, p.total), dual_residual=r_d,
+            history=self.history, info=info,
+            state={"n": p.graph.n, "m": 0 if p.Q is None else p.Q.shape[0], "nu": self.nu,
+                   "u": self.u, "r": self.r, "v": self.v, "rho": self.rho})
+
+    def multipliers(self, x: np.ndarray, status: str) -> np.ndarray | None:
+        """``-G`` (module docstring) if its linearised bound certifies the returned point."""
+        if status != R.OPTIMAL or self.lam_best is None:
+            return None
+        p = self.p
+        lams = _gradient_duals(p.loss, x, -self.lam_best)
+        if lams is None:
+            return None
+        g = p.loss.adjoint(lams)
+        c = p.loss.dual_constant(lams)
+        if c is None:
+            return None
+        total = p.total if p.total is not None else float(p.graph.totals(x)[0])
+        lb = linear_bound(p, g, self.lam_best, c, total, self.total_max)
+        if R.relative_gap(self.best[0], lb) > self.s.eps_rel:
+            return None
+        return -g
+
+
+# ---------------------------------------------------------------------- pieces
+def _total_guess(p: LocalProblem) -> float:
+    """A starting total for a free-total problem: the largest clique sum of the measured
+    values read as a table (at least one)."""
+    c = p.cells
+    guess = np.where(c.A > 0, c.C / np.where(c.A > 0, c.A, 1.0), np.where(c.w > 0, c.b, 0.0))
+    tot = np.add.reduceat(np.maximum(guess, 0.0), p.graph.offsets[:-1])
+    return float(max(np.max(tot, initial=0.0), 1.0))
+
+
+def _default_rho(p: LocalProblem, total: float) -> float:
+    """The typical curvature of the loss (squared rows), or for absolute rows the weight
+    over a typical cell count."""
+    c = p.cells
+    if np.any(c.A > 0):
+        return float(np.median(c.A[c.A > 0]))
+    weights = [t.w for t in p.coupled.terms if t.kind == "l2"]
+    if weights:
+        return float(np.median(np.concatenate(weights)))
+    w = np.concatenate([c.w[c.w > 0]] + [t.w for t in p.coupled.terms])
+    typical = total / max(float(np.mean(p.graph.cells)), 1.0)
+    return float(np.median(w)) / max(typical, 1e-12) if w.size else 1.0
+
+
+def _prox_rows(loss: MarginalLoss, z: np.ndarray, rho: float) -> np.ndarray:
+    """Row-wise prox of ``phi_t(r - y_t) / rho`` of the coupled terms."""
+    out, k = np.empty_like(z), 0
+    for t in loss.terms:
+        m = t.b.size
+        v = z[k:k + m]
+        if t.kind == "l2":
+            out[k:k + m] = (t.w * t.b + rho * v) / (t.w + rho)
+        else:
+            d = v - t.b
+            out[k:k + m] = t.b + np.sign(d) * np.maximum(np.abs(d) - t.w / rho, 0.0)
+        k += m
+    return out
+
+
+def _row_duals(loss: MarginalLoss, z: np.ndarray, qx: np.ndarray | None) -> list[np.ndarray]:
+    """Conjugate-domain duals of the coupled rows: the gradient at ``qx`` for squared rows,
+    the ADMM dual clipped to ``|z| <= w`` for absolute rows."""
+    out, k = [], 0
+    for t in loss.terms:
+        m = t.b.size
+        if t.kind == "l2":
+            out.append(t.w * (qx[k:k + m] - t.b))
+        else:
+            out.append(np.clip(z[k:k + m], -t.w, t.w))
+        k += m
+    return out
+
+
+def _orthogonal(p: LocalProblem, g: np.ndarray) -> np.ndarray:
+    """The part of ``g`` orthogonal to the consistent directions (``V_0``; ``V`` when free)."""
+    return g - p.graph.project(g, 0.0 if p.total is not None else None)
+
+
+def feasible_point(G: RegionGraph, x: np.ndarray, total: float | None) -> np.ndarray:
+    """``(1 - s) x + s U`` with the least ``s`` making it non-negative (module docstring):
+    ``x`` consistent, ``U`` the uniform tables with ``x``'s total (a free total that is not
+    positive gives the zero tables)."""
+    T = total if total is not None else float(np.mean(G.totals(x)))
+    if not T > 0:
+        return np.zeros(G.n)
+    U = G.uniform(T)
+    neg = x < 0
+    if not np.any(neg):
+        return x.copy()
+    s = float(np.max(-x[neg] / (U[neg] - x[neg])))
+    out = (1 - s) * x + s * U
+    np.maximum(out, 0.0, out=out)            # rounding: -1e-17 cells
+    return out
+
+
+def _tau(p: LocalProblem, g: np.ndarray, target: float, upper: float,
+         strict: bool = False) -> np.ndarray:
+    """Per-clique ``tau`` (bisection): the largest with the clique's minimiser summing to at
+    most ``target`` (``strict``: to less than ``target``).  The bound is concave in ``tau_k``
+    and flat between the two: any ``tau_k`` there is a maximiser."""
+    c, G = p.cells, p.graph
+    off = G.offsets[:-1]
+    base = c.C - g
+    # below lo every cell's minimiser is 0; at hi some cell alone reaches the target
+    lo = np.minimum.reduceat(-base - c.w, off)
+    hi = np.maximum(np.minimum.reduceat(c.A * target + c.w - base, off), lo)
+    for _ in range(_TAU_STEPS):
+        mid = 0.5 * (lo + hi)
+        sums = np.add.reduceat(c.argmin(c.A, base + mid[p.clique_of], upper), off)
+        over = sums >= target if strict else sums > target
+        hi = np.where(over, mid, hi)
+        lo = np.where(over, lo, mid)
+    return lo
+
+
+def lower_bound(p: LocalProblem, lam: np.ndarray, z: list[np.ndarray], total: float,
+                total_max: float | None) -> float:
+    """The dual bound of the module docstring for ``lam`` (orthogonal to the consistent
+    directions) and coupled-row duals ``z``; ``total`` is the given total, or for a free
+    total the bisection's target (any positive number gives a valid bound), ``total_max`` a
+    proven bound on the optimal free total (``None``: none known)."""
+    c0 = p.coupled.dual_constant(z) if p.Q is not None else 0.0
+    if c0 is None:
+        return -math.inf
+    g = lam + (p.coupled.adjoint(z) if p.Q is not None else 0.0)
+    if p.total is not None:
+        upper = p.total
+        tau = _tau(p, g, total, upper)
+        x = p.cells.argmin(p.cells.A, p.cells.C - g + tau[p.clique_of], upper)
+        inner = p.cells.shifted_value(x, p.cells.C - g + tau[p.clique_of])
+        val = p.cells.K + c0 + float(inner.sum()) + total * float(tau.sum()) \
+            - float(lam @ p.graph.uniform(total))
+        return val if math.isfinite(val) else -math.inf
+    upper = total_max if total_max is not None else math.inf
+    best = -math.inf
+    for tau in _free_taus(p, g, max(total, 1e-300), upper):
+        # shifted to sum zero (the optimality of a free total): no N term is then lost
+        for t in (tau, tau - tau.sum() / tau.size):
+            k = p.cells.C - g + t[p.clique_of]
+            inner = p.cells.shifted_value(p.cells.argmin(p.cells.A, k, upper), k)
+            s = float(t.sum())
+            ntau = s * upper if s < 0 else 0.0      # min over 0 <= N <= upper of N sum(tau)
+            val = p.cells.K + c0 + float(inner.sum()) + ntau
+            if math.isfinite(val):
+                best = max(best, val)
+    return best
+
+
+def _free_taus(p: LocalProblem, g: np.ndarray, total: float, upper: float):
+    """Candidate ``tau`` for a free total.  The best has every clique's minimiser summing to a
+    common ``N`` and ``sum(tau) = 0`` (the dual's optimality conditions): for a trial ``N`` each
+    clique's maximisers form an interval ``[tau_k^-, tau_k^+]`` (:func:`_tau`); if a common
+    shift clipped to them sums to zero that ``tau`` is optimal, else ``N`` moves (``tau``
+    increases with ``N``) by bracketing, then bisection.  Every ``tau`` tried is a candidate
+    (each gives a valid bound)."""
+    def at(N):
+        lo, hi = _tau(p, g, N, upper, strict=True), _tau(p, g, N, upper)
+        hi = np.maximum(hi, lo)
+        if lo.sum() <= 0 <= hi.sum():
+            a, b = float(lo.min()), float(hi.max())
+            for _ in range(_TAU_STEPS):
+                c = 0.5 * (a + b)
+                if np.clip(c, lo, hi).sum() > 0:
+                    b = c
+                else:
+                    a = c
+            return np.clip(a, lo, hi), 0
+        return hi, (1 if lo.sum() > 0 else -1)
+    tau, sign = at(total)
+    yield tau
+    if sign == 0:
+        return
+    below, above = (None, total) if sign > 0 else (total, None)
+    step = 1e-3 * total
+    for _ in range(_BRACKET_STEPS):
+        n = min(max(above - step if below is None else below + step, 0.0), upper)
+        tau, sign = at(n)
+        yield tau
+        if sign == 0 or n <= 0.0 or n >= upper:
+            return
+        if sign > 0:
+            above = n
+        else:
+            below = n
+        if below is not None and above is not None:
+            break
+        step *= 4
+    else:
+        return
+    for _ in range(_SECANT_STEPS):
+        n = 0.5 * (below + above)
+        tau, sign = at(n)
+        yield tau
+        if sign == 0:
+            return
+        if sign > 0:
+            above = n
+        else:
+            below = n
+
+
+def _gradient_duals(loss: MarginalLoss, x: np.ndarray, target: np.ndarray) -> list[np.ndarray] | None:
+    """Per-term duals: the gradient for squared rows; for absolute rows a subgradient, with
+    the rows' cells' residual freedom spent to bring ``sum_t A_t^T z_t`` close to ``target``
+    (an absolute row on one cell takes ``clip(...)``, others ``w sign(r)``)."""
+    g2 = np.zeros(loss.n)
+    lams: list = []
+    for t in loss.terms:
+        if t.kind == "l2":
+            lam = t.w * t.apply(x)
+            t.add_adjoint(lam, g2)
+            lams.append(lam)
+        else:
+            lams.append(None)
+    for i, t in enumerate(loss.terms):
+        if t.kind != "l1":
+            continue
+        r = t.apply(x)
+        lam = t.w * np.sign(r)
+        if isinstance(t.A, slice):
+            want = (target[t.A] - g2[t.A])
+            free = np.abs(r) <= 1e-9 * (1.0 + np.abs(t.b))
+            lam = np.where(free, np.clip(want, -t.w, t.w), lam)
+        lams[i] = lam
+    return lams
+
+
+def linear_bound(p: LocalProblem, g: np.ndarray, lam: np.ndarray, c: float, total: float,
+                 total_max: float | None) -> float:
+    """``c + min_{t in L(N)} <g, t>`` bounded through ``lam``: ``sum_k N min_i (g - lam')_i
+    + <lam', U>`` with ``lam' = -lam`` (orthogonal to the consistent directions)."""
+    G = p.graph
+    h = g + lam
+    mins = np.minimum.reduceat(h, G.offsets[:-1])
+    if p.total is not None:
+        return c + total * float(mins.sum()) + float((-lam) @ G.uniform(total))
+    m = float(mins.sum())
+    if m >= 0:
+        return c
+    return c + m * total_max if total_max is not None else -math.inf

@@ -1,0 +1,112 @@
+"""A marginal loss read cell by cell, for the local-polytope ADMM.
+
+A :class:`~cvxdp.solvers.marginal_loss.MarginalLoss` whose rows each touch at most one cell
+(marginals measured by the identity, weighted, scaled or on a subset of cells: the Gaussian
+and Laplace likelihoods of noisy marginals) is a sum of one-dimensional functions
+
+    L(t) = K + sum_i f_i(t_i),     f_i(x) = A_i/2 x^2 - C_i x + w_i |x - b_i|,
+
+with ``A_i = sum w a^2`` and ``C_i = sum w a y`` over its squared rows ``w/2 (a x - y)^2``, ``K``
+their constants ``sum w y^2 / 2`` (plus the rows touching no cell), and at most one absolute
+row ``w |a x - y| = (w |a|) |x - y/a|`` per cell.  Everything the ADMM needs of the loss is
+then closed form: the proximal step on ``x >= 0`` and the per-clique minimisation in the
+lower bound (:func:`CellLoss.argmin`).  Rows touching several cells (a query matrix applied to
+a marginal), or a second absolute row on one cell, are *coupled* rows: they stay in their
+:class:`MarginalLoss` terms and the ADMM treats them through an extra splitting.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .marginal_loss import LossTerm, MarginalLoss
+
+__all__ = ["CellLoss", "split_loss"]
+
+
+class CellLoss:
+    """``K + sum_i A_i/2 x_i^2 - C_i x_i + w_i |x_i - b_i|`` over ``n`` cells."""
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+        self.A = np.zeros(n)
+        self.C = np.zeros(n)
+        self.w = np.zeros(n)
+        self.b = np.zeros(n)
+        self.K = 0.0
+
+    def value(self, x: np.ndarray) -> float:
+        return self.K + float(np.sum(0.5 * self.A * x * x - self.C * x + self.w * np.abs(x - self.b)))
+
+    def argmin(self, A: np.ndarray, k: np.ndarray, upper: np.ndarray | float) -> np.ndarray:
+        """Minimiser of ``A/2 x^2 - k x + w |x - b|`` over ``[0, upper]``, cell by cell (``A``
+        may be zero: the function is then piecewise linear; ``upper`` may be ``inf``)."""
+        w, b = self.w, self.b
+        with np.errstate(divide="ignore", invalid="ignore"):
+            right = (k - w) / A                  # stationary point right of b
+            left = (k + w) / A                   # ... left of b
+            quad = np.where(right > b, right, np.where(left < b, left, b))
+        lin = np.where(w - k < 0, np.inf, np.where(-k - w > 0, 0.0, b))
+        x = np.where(A > 0, quad, lin)
+        return np.clip(x, 0.0, upper)
+
+    def prox(self, v: np.ndarray, rho: float) -> np.ndarray:
+        """``argmin_{x >= 0} f(x) + rho/2 ||x - v||^2``."""
+        return self.argmin(self.A + rho, self.C + rho * v, np.inf)
+
+    def shifted_value(self, x: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """``A/2 x^2 - k x + w |x - b|`` cell by cell (``-inf`` where ``x`` is infinite)."""
+        with np.errstate(invalid="ignore"):
+            v = 0.5 * self.A * x * x - k * x + self.w * np.abs(x - self.b)
+        return np.where(np.isinf(x), -np.inf, v)
+
+
+def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
+    """``(cells, coupled)``: the rows of ``loss`` that touch one cell, read as a
+    :class:`CellLoss`, and the other rows as a :class:`MarginalLoss` (module docstring)."""
+    cells = CellLoss(loss.n)
+    cells.K = loss.constant
+    coupled: list[LossTerm] = []
+    for t in loss.terms:
+        if isinstance(t.A, slice):
+            idx = np.arange(t.A.start, t.A.stop)
+            coef = np.ones(idx.size)
+            single = np.ones(idx.size, dtype=bool)
+            empty = np.zeros(idx.size, dtype=bool)
+        else:
+            A = t.A.tocsr()
+            nnz = np.diff(A.indptr)
+            single, empty = nnz == 1, nnz == 0
+            idx = np.zeros(A.shape[0], dtype=np.int64)
+            coef = np.zeros(A.shape[0])
+            idx[single] = A.indices[A.indptr[:-1][single]]
+            coef[single] = A.data[A.indptr[:-1][single]]
+            single &= coef != 0
+            empty |= (nnz == 1) & (coef == 0)
+        w, y = t.w, t.b
+        if t.kind == "l2":
+            cells.K += 0.5 * float(np.dot(w[single | empty], y[single | empty] ** 2))
+            np.add.at(cells.A, idx[single], w[single] * coef[single] ** 2)
+            np.add.at(cells.C, idx[single], w[single] * coef[single] * y[single])
+        else:
+            cells.K += float(np.dot(w[empty], np.abs(y[empty])))
+            # one absolute row per cell; a second one on the same cell is a coupled row
+            rows = np.flatnonzero(single)
+            first = np.zeros(rows.size, dtype=bool)
+            _, pos = np.unique(idx[rows], return_index=True)
+            first[pos] = True
+            taken = cells.w[idx[rows[first]]] > 0
+            first[np.flatnonzero(first)[taken]] = False
+            keep = rows[first]
+            cells.w[idx[keep]] = w[keep] * np.abs(coef[keep])
+            cells.b[idx[keep]] = y[keep] / coef[keep]
+            single = np.zeros_like(single)
+            single[keep] = True
+        rest = ~(single | empty)
+        if np.any(rest):
+            sub = np.flatnonzero(rest)
+            A = (sp.identity(loss.n, format="csr")[idx[sub]] if isinstance(t.A, slice)
+                 else t.A.tocsr()[sub])
+            coupled.append(LossTerm(t.kind, A, y[sub], w[sub]))
+    cells.A = np.asarray(cells.A)
+    return cells, MarginalLoss(coupled, loss.n, 0.0)
