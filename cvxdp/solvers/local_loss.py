@@ -38,9 +38,18 @@ class CellLoss:
     def value(self, x: np.ndarray) -> float:
         return self.K + float(np.sum(0.5 * self.A * x * x - self.C * x + self.w * np.abs(x - self.b)))
 
+    def freeze(self) -> None:
+        """Note which closed form applies (after the rows are all read)."""
+        self.smooth = not np.any(self.w > 0)
+        self.strict = bool(np.all(self.A > 0))
+
     def argmin(self, A: np.ndarray, k: np.ndarray, upper: np.ndarray | float) -> np.ndarray:
         """Minimiser of ``A/2 x^2 - k x + w |x - b|`` over ``[0, upper]``, cell by cell (``A``
         may be zero: the function is then piecewise linear; ``upper`` may be ``inf``)."""
+        if self.smooth and (self.strict or A is not self.A):
+            # squared rows only and every cell curved: the clipped stationary point
+            out = k / A
+            return np.clip(out, 0.0, upper, out=out)
         w, b = self.w, self.b
         with np.errstate(divide="ignore", invalid="ignore"):
             right = (k - w) / A                  # stationary point right of b
@@ -86,8 +95,8 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
         w, y = t.w, t.b
         if t.kind == "l2":
             cells.K += 0.5 * float(np.dot(w[single | empty], y[single | empty] ** 2))
-            np.add.at(cells.A, idx[single], w[single] * coef[single] ** 2)
-            np.add.at(cells.C, idx[single], w[single] * coef[single] * y[single])
+            cells.A += np.bincount(idx[single], w[single] * coef[single] ** 2, minlength=loss.n)
+            cells.C += np.bincount(idx[single], w[single] * coef[single] * y[single], minlength=loss.n)
         else:
             cells.K += float(np.dot(w[empty], np.abs(y[empty])))
             # one absolute row per cell; a second one on the same cell is a coupled row
@@ -108,5 +117,5 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
             A = (sp.identity(loss.n, format="csr")[idx[sub]] if isinstance(t.A, slice)
                  else t.A.tocsr()[sub])
             coupled.append(LossTerm(t.kind, A, y[sub], w[sub]))
-    cells.A = np.asarray(cells.A)
+    cells.freeze()
     return cells, MarginalLoss(coupled, loss.n, 0.0)
