@@ -16,6 +16,7 @@ from .constraints import TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve
 from .domain import Domain
 from .graphical_model import GraphicalModel
+from .local_polytope import LocalPolytope
 from .marginal_polytope import MarginalPolytope, ModelTooLarge
 from .fitness import fitness_problem
 from .errors import NotRecognised
@@ -25,7 +26,7 @@ from .measurement import Measurement
 __version__ = "0.1.0"
 
 __all__ = ["ADMM", "METHODS", "NEWTON_CG", "MIRROR_DESCENT", "Domain", "GraphicalModel",
-           "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
+           "LocalPolytope", "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "solve", "workloads"]
 

@@ -10,8 +10,11 @@ import cvxpy as cp
 from ..solvers import admm as admm_solver
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
+from ..local_polytope import LocalPolytope
 from ..recognise.l1_consistency import Extraction, recognise
+from ..recognise.marginal_polytope import MarginalExtraction, recognise_local
 from .base import Outcome
+from .local_polytope import solve_local
 from .options import Option, OptionSet, Settings
 
 NAME = "CVXDP_ADMM"
@@ -24,14 +27,16 @@ OPTIONS = OptionSet.build(NAME, max_iters=admm_solver.ADMMSettings.max_iters,
     Option("alpha", "number", admm_solver.ADMMSettings.alpha, "over-relaxation",
            low=0, high=2, low_open=True, high_open=True),
     Option("adaptive_rho", "bool", None,
-           "residual-balancing rho updates (default: on, except pure L1 on a tree)",
+           "residual-balancing rho updates (default: on, except pure L1 on a tree and a "
+           "LocalPolytope with squared losses)",
            nullable=True),
     Option("polish", "bool", True, "active-set polish for an exact final solution"),
     Option("check_every", "integer", admm_solver.ADMMSettings.check_every,
            "iterations between convergence checks", low=1),
     Option("equality_split", "choice", "projection",
            "'projection' (project onto A x = b) or 'penalty' (Lee et al. Algorithm 1: "
-           "A x - b as a residual block, x-update with A^T A + 2 I)",
+           "A x - b as a residual block, x-update with A^T A + 2 I); a LocalPolytope is "
+           "always projected onto exactly",
            choices=("projection", "penalty")),
 ])
 
@@ -40,11 +45,15 @@ class ADMMMethod:
     name = NAME
     options = OPTIONS
 
-    def recognise(self, problem: cp.Problem) -> Extraction:
+    def recognise(self, problem: cp.Problem) -> Extraction | MarginalExtraction:
+        if any(isinstance(c, LocalPolytope) for c in problem.constraints):
+            return recognise_local(problem)
         return recognise(problem)
 
-    def solve(self, problem: cp.Problem, ext: Extraction, settings: Settings, *,
-              cached: Any) -> Outcome:
+    def solve(self, problem: cp.Problem, ext: Extraction | MarginalExtraction,
+              settings: Settings, *, cached: Any) -> Outcome:
+        if isinstance(ext, MarginalExtraction):
+            return solve_local(problem, ext, settings, cached=cached)
         if ext.trivially_infeasible:
             return Outcome(status=INFEASIBLE, primal={}, objective=math.inf, iterations=0,
                            solve_time=0.0, setup_time=0.0, reason=ext.trivially_infeasible)

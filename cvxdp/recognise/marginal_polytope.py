@@ -1,4 +1,5 @@
-"""Recognise ``minimize loss(marginals) s.t. MarginalPolytope(marginals, domain, total)``.
+"""Recognise ``minimize loss(marginals) s.t. MarginalPolytope(marginals, domain, total)`` (and
+the same with ``LocalPolytope``, for ``cvxdp.ADMM``: :func:`recognise_local`).
 
 Accepted losses: nonnegative sums of L1 and squared losses of affine expressions of the
 marginal variables (``cvxdp.nll`` of Laplace / Gaussian measurements, ``cp.norm1``,
@@ -17,21 +18,25 @@ from ..solvers.free_total import estimate_total
 from ..solvers.marginal_loss import LossTerm, MarginalLoss
 
 from ..errors import NotRecognised
+from ..clique_marginals import CliqueMarginals
+from ..local_polytope import LocalPolytope
 from ..marginal_polytope import MarginalPolytope
 from .affine import Linearizer
 from .losses import collect
 
-__all__ = ["recognise", "MarginalExtraction", "estimate_total"]
+__all__ = ["recognise", "recognise_local", "MarginalExtraction", "estimate_total"]
 
 _NAME = "MIRROR_DESCENT"
 _EXPECTED = ("minimize a nonnegative sum of L1 / squared losses (cvxdp.nll, cp.norm1, "
              "cp.sum_squares, weighted) of affine expressions of clique-marginal variables, subject "
              "to exactly one cvxdp.MarginalPolytope whose marginals are distinct cvxpy Variables")
+_LOCAL_NAME = "ADMM"
+_LOCAL_EXPECTED = _EXPECTED.replace("MarginalPolytope", "LocalPolytope")
 
 
 @dataclass
 class MarginalExtraction:
-    constraint: MarginalPolytope
+    constraint: CliqueMarginals
     variables: list                 # the marginal variables, in the constraint's order
     loss: MarginalLoss
     offsets: np.ndarray             # flat C-order offsets of the marginals
@@ -46,45 +51,55 @@ def _c_order(v: cp.Expression) -> np.ndarray:
 
 
 def recognise(problem: cp.Problem) -> MarginalExtraction:
+    """``minimize loss s.t. MarginalPolytope(...)`` for ``cvxdp.MIRROR_DESCENT``."""
+    return _recognise(problem, MarginalPolytope, _NAME, _EXPECTED)
+
+
+def recognise_local(problem: cp.Problem) -> MarginalExtraction:
+    """``minimize loss s.t. LocalPolytope(...)`` for ``cvxdp.ADMM``."""
+    return _recognise(problem, LocalPolytope, _LOCAL_NAME, _LOCAL_EXPECTED)
+
+
+def _recognise(problem: cp.Problem, cls: type, name: str, expected: str) -> MarginalExtraction:
     if not isinstance(problem.objective, cp.Minimize):
-        raise NotRecognised(_NAME, _EXPECTED, "a Maximize objective")
-    mps = [c for c in problem.constraints if isinstance(c, MarginalPolytope)]
-    others = [c for c in problem.constraints if not isinstance(c, MarginalPolytope)]
+        raise NotRecognised(name, expected, "a Maximize objective")
+    mps = [c for c in problem.constraints if isinstance(c, cls)]
+    others = [c for c in problem.constraints if not isinstance(c, cls)]
     if len(mps) != 1:
-        raise NotRecognised(_NAME, _EXPECTED, f"{len(mps)} MarginalPolytope constraints")
+        raise NotRecognised(name, expected, f"{len(mps)} {cls.__name__} constraints")
     if others:
-        raise NotRecognised(_NAME, _EXPECTED, f"another constraint, {type(others[0]).__name__}: "
+        raise NotRecognised(name, expected, f"another constraint, {type(others[0]).__name__}: "
                             f"{str(others[0])[:60]}")
     mp = mps[0]
     variables = []
     for clique, a in zip(mp.cliques, mp.args):
         if not isinstance(a, cp.Variable):
-            raise NotRecognised(_NAME, _EXPECTED, f"the marginal of {clique} is an expression "
+            raise NotRecognised(name, expected, f"the marginal of {clique} is an expression "
                                 f"({type(a).__name__}), not a Variable")
         bad = [k for k in ("boolean", "integer", "PSD", "NSD", "symmetric", "complex", "imag",
                            "nonpos", "diag", "hermitian", "sparsity", "bounds") if a.attributes.get(k)]
         if bad:
-            raise NotRecognised(_NAME, _EXPECTED, f"a marginal variable with attribute {bad[0]}")
+            raise NotRecognised(name, expected, f"a marginal variable with attribute {bad[0]}")
         if any(a is v for v in variables):
-            raise NotRecognised(_NAME, _EXPECTED, "the same variable for two cliques")
+            raise NotRecognised(name, expected, "the same variable for two cliques")
         variables.append(a)
     extra = [v for v in problem.variables() if not any(v is u for u in variables)]
     if extra:
-        raise NotRecognised(_NAME, _EXPECTED, f"variable {extra[0].name()} that is not a marginal")
+        raise NotRecognised(name, expected, f"variable {extra[0].name()} that is not a marginal")
     lin = Linearizer(variables)
     perm = np.concatenate([lin.offsets[v.id] + _c_order(v) for v in variables])
     inv = np.empty_like(perm)
     inv[perm] = np.arange(perm.size)       # cvxpy column -> C-order column
     offsets = np.concatenate([[0], np.cumsum([v.size for v in variables])]).astype(int)
-    terms, constant = collect(problem.objective.expr, _NAME, _EXPECTED)
+    terms, constant = collect(problem.objective.expr, name, expected)
     if not terms:
-        raise NotRecognised(_NAME, _EXPECTED, "an objective without a loss term")
+        raise NotRecognised(name, expected, "an objective without a loss term")
     out = []
     for t in terms:
         try:
             M, c = lin(t.expr)
         except (KeyError, ValueError) as exc:
-            raise NotRecognised(_NAME, _EXPECTED, f"a loss of an expression it cannot read ({exc})")
+            raise NotRecognised(name, expected, f"a loss of an expression it cannot read ({exc})")
         M = sp.csr_matrix(M)                   # columns in C order per clique (O(nnz), no slicing)
         M = sp.csr_matrix((M.data, inv[M.indices], M.indptr), shape=M.shape)
         M.sort_indices()
