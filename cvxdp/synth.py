@@ -302,7 +302,8 @@ class _Fit:
                     raise
         local = _local_polytope()
         if local is None:
-            raise NotImplementedError("cvxdp.synth: this cvxdp has no LocalPolytope")
+            raise NotImplementedError("cvxdp.synth: this cvxdp has no LocalPolytope (with a "
+                                      "model method)")
         return local(marginals, self.domain, self.total), "local"
 
     # ---------------------------------------------------------------- back to mbi
@@ -335,8 +336,10 @@ class _Fit:
 
 
 def _local_polytope():
+    """``cvxdp.LocalPolytope`` when this cvxdp has it (with its ``model`` method), else None."""
     import cvxdp
-    return getattr(cvxdp, "LocalPolytope", None)
+    local = getattr(cvxdp, "LocalPolytope", None)
+    return local if local is not None and hasattr(local, "model") else None
 
 
 def _marginalizer(home: tuple, clique: tuple, mdomain) -> sp.csr_matrix:
