@@ -113,8 +113,9 @@ class LocalPolytope(CliqueMarginals):
                 for k in range(len(self.cliques))]
         defs = [self.flat(k, args) - tabs[k] for k in range(len(self.cliques))]
         cons: list[Constraint] = [(cp.hstack(defs) if len(defs) > 1 else defs[0]) == 0]
-        for reg in g.regions:
-            rows = g.M[reg.rows]
+        M = g.M
+        for i, reg in enumerate(g.regions):
+            rows = M[g.region_rows(i)]
             size = rows.shape[0] // reg.members.size
             ref = reg.members[0]
             first = rows[:size][:, g.offsets[ref]:g.offsets[ref + 1]] @ tabs[ref]

@@ -116,7 +116,6 @@ class LocalProblem:
         if self.total is not None and not (math.isfinite(self.total) and self.total > 0):
             raise ValueError(f"LocalProblem: total must be positive and finite, got {self.total}")
         self.cells, self.coupled = split_loss(self.loss)
-        self.clique_of = np.repeat(np.arange(len(self.graph.cliques)), self.graph.cells)
         terms = self.coupled.terms
         self.Q = sp.vstack([t.A for t in terms]).tocsr() if terms else None
         self.QT = self.Q.T.tocsr() if terms else None
@@ -423,6 +422,11 @@ def _orthogonal(p: LocalProblem, g: np.ndarray) -> np.ndarray:
     return g - p.graph.project(g, 0.0 if p.total is not None else None)
 
 
+def _per_cell(p: LocalProblem, v: np.ndarray) -> np.ndarray:
+    """A per-clique value repeated over the clique's cells."""
+    return np.repeat(v, p.graph.cells)
+
+
 def _tau(p: LocalProblem, g: np.ndarray, target: float, upper: float,
          strict: bool = False) -> np.ndarray:
     """Per-clique ``tau`` (bisection): the largest with the clique's minimiser summing to at
@@ -436,7 +440,7 @@ def _tau(p: LocalProblem, g: np.ndarray, target: float, upper: float,
     hi = np.maximum(np.minimum.reduceat(c.A * target + c.w - base, off), lo)
     for _ in range(_TAU_STEPS):
         mid = 0.5 * (lo + hi)
-        sums = np.add.reduceat(c.argmin(c.A, base + mid[p.clique_of], upper), off)
+        sums = np.add.reduceat(c.argmin(c.A, base + _per_cell(p, mid), upper), off)
         over = sums >= target if strict else sums > target
         hi = np.where(over, mid, hi)
         lo = np.where(over, lo, mid)
@@ -456,8 +460,8 @@ def lower_bound(p: LocalProblem, lam: np.ndarray, z: list[np.ndarray], total: fl
     if p.total is not None:
         upper = p.total
         tau = _tau(p, g, total, upper)
-        x = p.cells.argmin(p.cells.A, p.cells.C - g + tau[p.clique_of], upper)
-        inner = p.cells.shifted_value(x, p.cells.C - g + tau[p.clique_of])
+        x = p.cells.argmin(p.cells.A, p.cells.C - g + _per_cell(p, tau), upper)
+        inner = p.cells.shifted_value(x, p.cells.C - g + _per_cell(p, tau))
         val = p.cells.K + c0 + float(inner.sum()) + total * float(tau.sum()) \
             - float(lam @ p.graph.uniform(total))
         return val if math.isfinite(val) else -math.inf
@@ -466,7 +470,7 @@ def lower_bound(p: LocalProblem, lam: np.ndarray, z: list[np.ndarray], total: fl
     for tau in _free_taus(p, g, max(total, 1e-300), upper):
         # shifted to sum zero (the optimality of a free total): no N term is then lost
         for t in (tau, tau - tau.sum() / tau.size):
-            k = p.cells.C - g + t[p.clique_of]
+            k = p.cells.C - g + _per_cell(p, t)
             inner = p.cells.shifted_value(p.cells.argmin(p.cells.A, k, upper), k)
             s = float(t.sum())
             ntau = s * upper if s < 0 else 0.0      # min over 0 <= N <= upper of N sum(tau)

@@ -19,7 +19,6 @@ negative cells.  Two repairs make it a point of ``L(N)``:
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from .region_graph import RegionGraph
 
@@ -50,24 +49,55 @@ def mix(G: RegionGraph, x: np.ndarray, total: float | None) -> np.ndarray:
 
 
 class MarginFitter:
-    """The slot matrices of :func:`fit_margins` for one region graph (built once)."""
+    """:func:`fit_margins` for one region graph: each clique's regions in a fixed order."""
 
     def __init__(self, G: RegionGraph) -> None:
         self.G = G
+        self.pairs = [p for reg in G.regions for p in reg.pairs]
+        self.slots = self._slots() if G.matrix_mode else None
+
+    def _slots(self) -> list:
+        """With the stored marginalisers: the ``j``-th region of every clique in one sparse
+        product (rows, matrix, transpose, cells no ``j``-th region touches)."""
+        G = self.G
         slot_rows: dict[int, list[np.ndarray]] = {}
         count = np.zeros(len(G.cliques), dtype=np.int64)
-        for reg in G.regions:
+        for i, reg in enumerate(G.regions):
             size = int(np.prod(reg.shape))
+            start = G.region_rows(i).start
             for j, k in enumerate(reg.members):
-                rows = np.arange(reg.rows.start + j * size, reg.rows.start + (j + 1) * size)
-                slot_rows.setdefault(int(count[k]), []).append(rows)
+                slot_rows.setdefault(int(count[k]), []).append(
+                    np.arange(start + j * size, start + (j + 1) * size))
                 count[k] += 1
-        self.slots = []
+        out = []
         for j in sorted(slot_rows):
             rows = np.concatenate(slot_rows[j])
-            Mj = G.M[rows]
+            Mj = G.M[rows].tocsr()
             touched = np.asarray(Mj.sum(axis=0)).ravel() > 0
-            self.slots.append((rows, Mj.tocsr(), Mj.T.tocsr(), ~touched))
+            out.append((rows, Mj, Mj.T.tocsr(), ~touched))
+        return out
+
+    def _sweep_matrix(self, y: np.ndarray, target: np.ndarray) -> None:
+        for rows, Mj, MjT, untouched in self.slots:
+            cur = Mj @ y
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(cur > 0, target[rows] / cur, 1.0)
+            y *= MjT @ ratio + untouched
+
+    def _sweep_blocks(self, y: np.ndarray, targets: list) -> None:
+        G = self.G
+        for p, t in zip(self.pairs, targets):
+            cur = G.pair_marginal(y, p)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(cur > 0, t / cur, 1.0)
+            G.block(y, p.k)[...] *= G.pair_spread(ratio, p)
+
+    def _error(self, y: np.ndarray, targets) -> float:
+        G = self.G
+        if self.slots is not None:
+            return float(np.max(np.abs(G.M @ y - targets), initial=0.0))
+        return max((float(np.max(np.abs(G.pair_marginal(y, p) - t), initial=0.0))
+                    for p, t in zip(self.pairs, targets)), default=0.0)
 
     def fit(self, x: np.ndarray, total: float | None) -> np.ndarray | None:
         """``x^+`` fitted to ``x``'s region marginals and total (module docstring), projected
@@ -76,24 +106,24 @@ class MarginFitter:
         T = total if total is not None else float(np.mean(G.totals(x)))
         if not T > 0:
             return None
-        target = G.M @ x
-        if np.any(target < 0):
-            return None
+        if self.slots is not None:
+            targets = G.M @ x
+            if np.any(targets < 0):
+                return None
+        else:
+            targets = [G.pair_marginal(x, p) for p in self.pairs]
+            if any(np.any(t < 0) for t in targets):
+                return None
         y = np.maximum(x, 0.0)
         scale = max(T, 1.0)
-        sweep = 0
-        for _ in range(_SWEEPS):
-            for rows, Mj, MjT, untouched in self.slots:
-                cur = Mj @ y
-                t = target[rows]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ratio = np.where(cur > 0, t / cur, 1.0)
-                y *= MjT @ ratio + untouched
+        for sweep in range(1, _SWEEPS + 1):
+            if self.slots is not None:
+                self._sweep_matrix(y, targets)
+            else:
+                self._sweep_blocks(y, targets)
             s = G.totals(y)
             y *= np.repeat(np.where(s > 0, T / np.where(s > 0, s, 1.0), 1.0), G.cells)
-            sweep += 1
-            if sweep % _CHECK_EVERY == 0 and \
-                    float(np.max(np.abs(G.M @ y - target), initial=0.0)) <= _FIT_TOL * scale:
+            if sweep % _CHECK_EVERY == 0 and self._error(y, targets) <= _FIT_TOL * scale:
                 break
         else:
             return None

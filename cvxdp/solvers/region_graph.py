@@ -31,7 +31,8 @@ component), and since the components are orthogonal, the Euclidean projection (w
 
 and the totals go to ``N`` (or, free total, to their ``a_k / n(C_k)``-weighted mean).  One
 projection costs two sparse products with the stacked region marginalisers and a few array
-operations per region: ``O(sum_{(k, A)} n(C_k))``, exact to rounding.
+operations per region: ``O(sum_{(k, A)} n(C_k))`` by reshaping and summing each table (no
+marginalisation matrix is stored), exact to rounding.
 """
 from __future__ import annotations
 
@@ -45,8 +46,22 @@ import scipy.sparse as sp
 
 __all__ = ["RegionGraph", "MAX_CLIQUE_ATTRIBUTES"]
 
+#: the stacked region marginalisers are stored (and used) up to this many nonzeros
+MATRIX_MAX_NNZ = 2 ** 23
 #: cliques with more attributes than this are refused (2^k subsets are enumerated per clique)
 MAX_CLIQUE_ATTRIBUTES = 24
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """How clique ``k`` holds a region: the axes summed out, the permutation taking the kept
+    axes (clique order) to the region's sorted order, and the broadcast shape back."""
+    k: int
+    sum_axes: tuple[int, ...]
+    to_sorted: tuple[int, ...]
+    from_sorted: tuple[int, ...]
+    bcast: tuple[int, ...]
+    spread: int                     # n(C_k \ A)
 
 
 @dataclass(frozen=True)
@@ -54,7 +69,7 @@ class _Region:
     attrs: tuple[int, ...]          # sorted attribute indices
     shape: tuple[int, ...]
     members: np.ndarray             # clique indices containing the region
-    rows: slice                     # its rows in the stacked marginaliser (member-major)
+    pairs: tuple[_Pair, ...]
     spread: np.ndarray              # n(C_k \ A) per member
 
 
@@ -88,7 +103,17 @@ class RegionGraph:
         self.cells = np.array([math.prod(s) for s in self.shapes], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.cells)]).astype(np.int64)
         self.n = int(self.offsets[-1])
+        self._M: sp.csr_matrix | None = None
         self.regions = self._build_regions()
+        self._rows, row = [], 0
+        for reg in self.regions:
+            size = math.prod(reg.shape) * reg.members.size
+            self._rows.append(slice(row, row + size))
+            row += size
+        # small graphs: one sparse product per projection beats a loop over (clique, region)
+        # pairs (2.3 ms against ~9 ms on Adult's 91 pairs); large ones would not fit
+        nnz = sum(int(self.cells[p.k]) for reg in self.regions for p in reg.pairs)
+        self._MT = self.M.T.tocsr() if nnz <= MATRIX_MAX_NNZ else None
         self.components = self._components()
 
     # ------------------------------------------------------------------ structure
@@ -99,24 +124,60 @@ class RegionGraph:
             for r in range(1, len(s) + 1):
                 for sub in itertools.combinations(s, r):
                     holders.setdefault(sub, []).append(k)
-        regions, blocks, row = [], [], 0
+        regions = []
         for attrs in sorted((a for a, ks in holders.items() if len(ks) > 1), key=lambda a: (len(a), a)):
             members = np.array(holders[attrs], dtype=np.int64)
-            shape = tuple(self.sizes[a] for a in attrs)
-            size = math.prod(shape)
-            for j, k in enumerate(members):
-                blocks.append(self._marginalizer(k, attrs, row + j * size))
-            regions.append(_Region(attrs, shape, members, slice(row, row + members.size * size),
-                                   self.cells[members] // size))
-            row += members.size * size
-        if blocks:
-            r = np.concatenate([b[0] for b in blocks])
-            c = np.concatenate([b[1] for b in blocks])
-        else:
-            r = c = np.zeros(0, dtype=np.int64)
-        self.M = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(row, self.n))
-        self.MT = self.M.T.tocsr()
+            pairs = tuple(self._pair(int(k), attrs) for k in members)
+            regions.append(_Region(attrs, tuple(self.sizes[a] for a in attrs), members, pairs,
+                                   np.array([p.spread for p in pairs], dtype=np.int64)))
         return regions
+
+    def _pair(self, k: int, attrs: tuple[int, ...]) -> _Pair:
+        clique, shape = self.cliques[k], self.shapes[k]
+        kept = [i for i, a in enumerate(clique) if a in attrs]          # clique order
+        kept_attrs = [clique[i] for i in kept]
+        to_sorted = tuple(kept_attrs.index(a) for a in attrs)
+        from_sorted = tuple(int(i) for i in np.argsort(to_sorted))
+        bcast = tuple(shape[i] if i in kept else 1 for i in range(len(clique)))
+        spread = int(self.cells[k]) // math.prod(self.sizes[a] for a in attrs)
+        return _Pair(k, tuple(i for i in range(len(clique)) if i not in kept), to_sorted,
+                     from_sorted, bcast, spread)
+
+    def pair_marginal(self, t: np.ndarray, pair: _Pair) -> np.ndarray:
+        """Clique ``pair.k``'s marginal on the region (axes in sorted attribute order)."""
+        m = self.block(t, pair.k).sum(axis=pair.sum_axes) if pair.sum_axes else self.block(t, pair.k)
+        return np.transpose(m, pair.to_sorted)
+
+    def pair_spread(self, d: np.ndarray, pair: _Pair) -> np.ndarray:
+        """A region array (sorted order) as a broadcastable array over clique ``pair.k``."""
+        return np.transpose(d, pair.from_sorted).reshape(pair.bcast)
+
+    @property
+    def M(self) -> sp.csr_matrix:
+        """The stacked 0/1 region marginalisers (rows: regions, then members, then cells of
+        the region in C order), built on first use (the iterations never need it)."""
+        if self._M is None:
+            rows, cols, row0 = [], [], 0
+            for reg in self.regions:
+                size = math.prod(reg.shape)
+                for p in reg.pairs:
+                    r, c = self._marginalizer(p.k, reg.attrs, row0)
+                    rows.append(r)
+                    cols.append(c)
+                    row0 += size
+            r = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+            c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+            self._M = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(row0, self.n))
+        return self._M
+
+    @property
+    def matrix_mode(self) -> bool:
+        """Whether the stacked marginalisers are stored and used."""
+        return self._MT is not None
+
+    def region_rows(self, i: int) -> slice:
+        """Rows of region ``i`` in :attr:`M`."""
+        return self._rows[i]
 
     def _marginalizer(self, k: int, attrs: tuple[int, ...], row0: int):
         """(rows, cols) of the 0/1 matrix summing clique ``k``'s table onto ``attrs``."""
@@ -167,15 +228,7 @@ class RegionGraph:
         common total), in the metric ``sum_k a_k ||mu_k||^2`` (``weights`` = ``a``, default 1).
         With ``total=0`` it is the orthogonal projection onto the consistent directions."""
         a = np.ones(len(self.cliques)) if weights is None else np.asarray(weights, dtype=float)
-        m = self.M @ t
-        d = np.empty_like(m)
-        for reg in self.regions:
-            k = reg.members.size
-            h = _centre(m[reg.rows].reshape((k,) + reg.shape))
-            w = a[reg.members] / reg.spread
-            hbar = np.tensordot(w / w.sum(), h, axes=1)
-            d[reg.rows] = ((hbar - h) / reg.spread.reshape((k,) + (1,) * len(reg.shape))).ravel()
-        out = t + self.MT @ d if self.regions else np.array(t, dtype=float)
+        out = self._correct_matrix(t, a) if self._MT is not None else self._correct_blocks(t, a)
         s = self.totals(out)
         if total is None:
             w = a / self.cells
@@ -183,14 +236,39 @@ class RegionGraph:
         out += np.repeat((total - s) / self.cells, self.cells)
         return out
 
+    def _correct_matrix(self, t: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """The region corrections of :meth:`project` with the stored marginalisers."""
+        m = self.M @ t
+        d = np.empty_like(m)
+        for reg, rows in zip(self.regions, self._rows):
+            k = reg.members.size
+            h = _centre(m[rows].reshape((k,) + reg.shape))
+            w = a[reg.members] / reg.spread
+            hbar = np.tensordot(w / w.sum(), h, axes=1)
+            d[rows] = ((hbar - h) / reg.spread.reshape((k,) + (1,) * len(reg.shape))).ravel()
+        return t + self._MT @ d
+
+    def _correct_blocks(self, t: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """The region corrections of :meth:`project`, table by table (no matrix)."""
+        out = np.array(t, dtype=float)
+        # the components of different regions are orthogonal: correcting one region leaves
+        # every other region's centred component (and the totals) unchanged
+        for reg in self.regions:
+            h = _centre(np.stack([self.pair_marginal(out, p) for p in reg.pairs]))
+            w = a[reg.members] / reg.spread
+            hbar = np.tensordot(w / w.sum(), h, axes=1)
+            for j, p in enumerate(reg.pairs):
+                self.block(out, p.k)[...] += self.pair_spread((hbar - h[j]) / p.spread, p)
+        return out
+
     def residual(self, t: np.ndarray, total: float | None = None) -> float:
         """Largest disagreement of two cliques' marginals on a region, or of a total with
         ``total`` (or with the first clique's total when ``None``)."""
         viol = 0.0
-        m = self.M @ t
         for reg in self.regions:
-            x = m[reg.rows].reshape(reg.members.size, -1)
-            viol = max(viol, float(np.max(np.abs(x - x[0]), initial=0.0)))
+            first = self.pair_marginal(t, reg.pairs[0])
+            for p in reg.pairs[1:]:
+                viol = max(viol, float(np.max(np.abs(self.pair_marginal(t, p) - first), initial=0.0)))
         s = self.totals(t)
         ref = s[0] if total is None else total
         return max(viol, float(np.max(np.abs(s - ref))))
