@@ -10,7 +10,7 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import analysis, fitness, mechanisms, workloads
+from . import analysis, fitness, mechanisms, synth, workloads
 from .atoms import privacy_cost, query_variance
 from .constraints import TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve
@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = ["ADMM", "METHODS", "NEWTON_CG", "MIRROR_DESCENT", "Domain", "GraphicalModel",
            "LocalPolytope", "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
-           "elastic_net", "mechanisms", "nll", "ordered", "solve", "workloads"]
+           "elastic_net", "mechanisms", "nll", "ordered", "solve", "synth", "workloads"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
 _cp.Problem.register_solve("cvxdp", solve)
