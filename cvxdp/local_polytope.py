@@ -101,6 +101,15 @@ class LocalPolytope(CliqueMarginals):
         idx = [self.domain.index(a) for a in attrs]
         return self.graph.marginal(t, k, idx)
 
+    def model(self, *, max_cells: int = 2 ** 20, cliques: Sequence[Sequence[str]] | None = None,
+              method: str = "decomposable", score: str = "bic") -> Any:
+        """A junction-tree :class:`cvxdp.GraphicalModel` fitted to the current marginals, for
+        marginals spanning cliques and synthetic records: exact on the cliques it keeps,
+        approximate elsewhere; what was kept, dropped and how far off is on ``.info``
+        (:func:`cvxdp.local_model.fit_model`)."""
+        from .local_model import fit_model      # imports the marginal-polytope machinery
+        return fit_model(self, max_cells=max_cells, cliques=cliques, method=method, score=score)
+
     # ---------------------------------------------------------------- canonicalisation
     def local_polytope(self, total: float | cp.Expression | None = None, *, args=None) -> list[Constraint]:
         """The local polytope as plain cvxpy constraints on new non-negative tables, one per

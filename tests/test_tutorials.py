@@ -16,7 +16,8 @@ CASES = {
     "00_workload_strategies.py": ["strategies_error_vs_n.png", "strategies_branching_factor.png"],
     "01_hierarchical_histogram.py": ["hierarchical_mse_by_range.png"],
     "02_contingency_table.py": ["contingency_mse_vs_epsilon.png", "contingency_zero_vs_nonzero.png"],
-    "03_marginal_polytope.py": ["marginals_error_vs_epsilon.png", "marginals_synthetic.png"],
+    "03_marginal_polytope.py": ["marginals_error_vs_epsilon.png", "marginals_synthetic.png",
+                                "marginals_local_polytope.png"],
     "04_fitness_for_use.py": ["fitness_variance_ratios.png", "fitness_identity_total.png"],
     "05_constrained_inference.py": ["constrained_tree_consistency.png",
                                     "constrained_sorted_histogram.png",
@@ -25,7 +26,8 @@ CASES = {
 # what each tutorial must print besides the "relative objective gap" line (cvxdp method vs reference)
 EXPECTED_OUTPUT = {
     "00_workload_strategies.py": ["5.333"],             # 16/3 per query, the 3-query example
-    "03_marginal_polytope.py": ["optimised total (total=None: free", "unmeasured marginals"],
+    "03_marginal_polytope.py": ["optimised total (total=None: free", "unmeasured marginals",
+                                "unmeasured three-way marginals"],
     "04_fitness_for_use.py": ["same seed, same answers: True", "solved by CVXDP_NEWTON_CG"],
     "05_constrained_inference.py": ["extra_stats['info']['splitting'] = 'separable/tree'"],  # k-gram forest
 }
