@@ -67,6 +67,9 @@ _TAU_STEPS = 60
 # free total: steps to bracket the common clique total, then secant steps on it
 _BRACKET_STEPS = 12
 _SECANT_STEPS = 20
+# the face polish is tried only once the certified gap is below this (it costs up to
+# 2 x _CG_STEPS projections and only pays near the end)
+_POLISH_GAP = 1e-3
 # default rho: this multiple of the loss curvature
 _RHO_CURVATURE = 10.0
 # adaptive rho: update when the scaled residuals differ by more than this factor
@@ -297,7 +300,7 @@ class _Run:
                 f = p.loss.value(pt)
                 if f < self.best[0]:
                     self.best = (f, pt)
-        if self.s.polish and p.Q is None and self.gap() > self.s.eps_rel:
+        if self.s.polish and p.Q is None and self.s.eps_rel < self.gap() <= _POLISH_GAP:
             self.try_polish()
 
     def bound(self, lam: np.ndarray, z: list) -> None:

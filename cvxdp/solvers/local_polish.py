@@ -29,7 +29,7 @@ from .local_loss import CellLoss
 __all__ = ["polish"]
 
 # conjugate-gradient steps and relative residual
-_CG_STEPS = 400
+_CG_STEPS = 100
 _CG_TOL = 1e-11
 
 

@@ -12,8 +12,8 @@ negative cells.  Two repairs make it a point of ``L(N)``:
   scaled, region by region, to the target marginal on that region, all cliques at once (the
   ``j``-th region of every clique in one sparse product), then to the total.  Multiplicative
   updates keep zeros and signs, and the targets being consistent, the fitted tables agree
-  once the sweeps converge; the exact projection onto ``V_N`` then moves them by rounding
-  only and :func:`mix` removes what that leaves below zero.  The loss moves by about the
+  once the sweeps converge; the exact projection onto ``V_N`` then moves them by what is left
+  of the fitting error and :func:`mix` removes what that leaves below zero.  The loss moves by about the
   size of the negative part, not by ``s`` times the loss of ``U``.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .region_graph import RegionGraph
 __all__ = ["mix", "fit_margins", "MarginFitter"]
 
 # proportional-fitting sweeps at most, and the relative marginal error that ends them
-_SWEEPS = 200
+_SWEEPS = 60
 _FIT_TOL = 1e-10
 # sweeps between two convergence checks
 _CHECK_EVERY = 5
@@ -100,20 +100,20 @@ class MarginFitter:
                     for p, t in zip(self.pairs, targets)), default=0.0)
 
     def fit(self, x: np.ndarray, total: float | None) -> np.ndarray | None:
-        """``x^+`` fitted to ``x``'s region marginals and total (module docstring), projected
-        onto the consistent tables; ``None`` when the fit does not converge."""
+        """``x^+`` fitted to ``x``'s region marginals and total (module docstring) by at most
+        ``_SWEEPS`` sweeps, projected onto the consistent tables and mixed into the polytope
+        (``None`` for a total that is not positive)."""
         G = self.G
         T = total if total is not None else float(np.mean(G.totals(x)))
         if not T > 0:
             return None
+        # a region marginal of x below zero cannot be met by a non-negative table: aim at
+        # zero there (the targets are then only nearly consistent; the projection and the
+        # mixing below absorb the difference)
         if self.slots is not None:
-            targets = G.M @ x
-            if np.any(targets < 0):
-                return None
+            targets = np.maximum(G.M @ x, 0.0)
         else:
-            targets = [G.pair_marginal(x, p) for p in self.pairs]
-            if any(np.any(t < 0) for t in targets):
-                return None
+            targets = [np.maximum(G.pair_marginal(x, p), 0.0) for p in self.pairs]
         y = np.maximum(x, 0.0)
         scale = max(T, 1.0)
         for sweep in range(1, _SWEEPS + 1):
@@ -125,8 +125,7 @@ class MarginFitter:
             y *= np.repeat(np.where(s > 0, T / np.where(s > 0, s, 1.0), 1.0), G.cells)
             if sweep % _CHECK_EVERY == 0 and self._error(y, targets) <= _FIT_TOL * scale:
                 break
-        else:
-            return None
+        self.sweeps = sweep
         return mix(G, G.project(y, total), total)
 
 
