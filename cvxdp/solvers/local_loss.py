@@ -4,11 +4,13 @@ A :class:`~cvxdp.solvers.marginal_loss.MarginalLoss` whose rows each touch at mo
 (marginals measured by the identity, weighted, scaled or on a subset of cells: the Gaussian
 and Laplace likelihoods of noisy marginals) is a sum of one-dimensional functions
 
-    L(t) = K + sum_i f_i(t_i),     f_i(x) = A_i/2 x^2 - C_i x + w_i |x - b_i|,
+    L(t) = K + sum_i f_i(t_i),     f_i(x) = A_i/2 (x - c_i)^2 + r_i + w_i |x - b_i|,
 
-with ``A_i = sum w a^2`` and ``C_i = sum w a y`` over its squared rows ``w/2 (a x - y)^2``, ``K``
-their constants ``sum w y^2 / 2`` (plus the rows touching no cell), and at most one absolute
-row ``w |a x - y| = (w |a|) |x - y/a|`` per cell.  Everything the ADMM needs of the loss is
+with ``A_i = sum w a^2``, ``C_i = sum w a y``, centre ``c_i = C_i / A_i`` and ``r_i = sum w/2
+(a c_i - y)^2`` (the least value; zero for one row) over its squared rows ``w/2 (a x - y)^2``,
+``K`` the rows touching no cell, and at most one absolute row ``w |a x - y| = (w |a|) |x - y/a|``
+per cell.  The centred form matters: expanded (``A/2 x^2 - C x + w y^2/2``) its terms are
+``w count^2`` and cancel down to the loss, which rounding loses at high signal to noise.  Everything the ADMM needs of the loss is
 then closed form: the proximal step on ``x >= 0`` and the per-clique minimisation in the
 lower bound (:func:`CellLoss.argmin`).  Rows touching several cells (a query matrix applied to
 a marginal), or a second absolute row on one cell, are *coupled* rows: they stay in their
@@ -25,7 +27,7 @@ __all__ = ["CellLoss", "split_loss"]
 
 
 class CellLoss:
-    """``K + sum_i A_i/2 x_i^2 - C_i x_i + w_i |x_i - b_i|`` over ``n`` cells."""
+    """``K + sum_i A_i/2 (x_i - c_i)^2 + r_i + w_i |x_i - b_i|`` over ``n`` cells (``C = A c``)."""
 
     def __init__(self, n: int) -> None:
         self.n = int(n)
@@ -33,13 +35,23 @@ class CellLoss:
         self.C = np.zeros(n)
         self.w = np.zeros(n)
         self.b = np.zeros(n)
+        self.c = np.zeros(n)
+        self.r = np.zeros(n)
         self.K = 0.0
 
+    def cell_values(self, x: np.ndarray) -> np.ndarray:
+        """``f_i(x_i)`` in the centred form (``inf`` where ``x`` is)."""
+        with np.errstate(invalid="ignore"):
+            v = 0.5 * self.A * (x - self.c) ** 2 + self.r + self.w * np.abs(x - self.b)
+        return np.where(np.isinf(x), np.inf, v)
+
     def value(self, x: np.ndarray) -> float:
-        return self.K + float(np.sum(0.5 * self.A * x * x - self.C * x + self.w * np.abs(x - self.b)))
+        return self.K + float(np.sum(self.cell_values(x)))
 
     def freeze(self) -> None:
-        """Note which closed form applies (after the rows are all read)."""
+        """Centres, and which closed form applies (after the rows are all read)."""
+        curved = self.A > 0
+        self.c = np.where(curved, self.C / np.where(curved, self.A, 1.0), 0.0)
         self.smooth = not np.any(self.w > 0)
         self.strict = bool(np.all(self.A > 0))
 
@@ -63,12 +75,6 @@ class CellLoss:
         """``argmin_{x >= 0} f(x) + rho/2 ||x - v||^2``."""
         return self.argmin(self.A + rho, self.C + rho * v, np.inf)
 
-    def shifted_value(self, x: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """``A/2 x^2 - k x + w |x - b|`` cell by cell (``-inf`` where ``x`` is infinite)."""
-        with np.errstate(invalid="ignore"):
-            v = 0.5 * self.A * x * x - k * x + self.w * np.abs(x - self.b)
-        return np.where(np.isinf(x), -np.inf, v)
-
 
 def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
     """``(cells, coupled)``: the rows of ``loss`` that touch one cell, read as a
@@ -76,6 +82,7 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
     cells = CellLoss(loss.n)
     cells.K = loss.constant
     coupled: list[LossTerm] = []
+    squared = []
     for t in loss.terms:
         if isinstance(t.A, slice):
             idx = np.arange(t.A.start, t.A.stop)
@@ -94,9 +101,10 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
             empty |= (nnz == 1) & (coef == 0)
         w, y = t.w, t.b
         if t.kind == "l2":
-            cells.K += 0.5 * float(np.dot(w[single | empty], y[single | empty] ** 2))
+            cells.K += 0.5 * float(np.dot(w[empty], y[empty] ** 2))
             cells.A += np.bincount(idx[single], w[single] * coef[single] ** 2, minlength=loss.n)
             cells.C += np.bincount(idx[single], w[single] * coef[single] * y[single], minlength=loss.n)
+            squared.append((idx[single], w[single], coef[single], y[single]))
         else:
             cells.K += float(np.dot(w[empty], np.abs(y[empty])))
             # one absolute row per cell; a second one on the same cell is a coupled row
@@ -118,4 +126,6 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
                  else t.A.tocsr()[sub])
             coupled.append(LossTerm(t.kind, A, y[sub], w[sub]))
     cells.freeze()
+    for idx, w, a, y in squared:            # r_i: the least value of the cell's squared rows
+        cells.r += np.bincount(idx, 0.5 * w * (a * cells.c[idx] - y) ** 2, minlength=loss.n)
     return cells, MarginalLoss(coupled, loss.n, 0.0)

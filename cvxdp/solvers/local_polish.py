@@ -61,7 +61,7 @@ def polish(G: RegionGraph, cells: CellLoss, nu: np.ndarray, total: float | None,
     while steps < _CG_STEPS and rr > tol:
         Hd = perp(inv * d)
         dHd = float(d @ Hd)
-        if not dHd > 0:
+        if not dHd > 1e-30 * rr:                  # rounding level: nothing left to gain
             break
         a = rr / dHd
         mu += a * d
@@ -70,5 +70,7 @@ def polish(G: RegionGraph, cells: CellLoss, nu: np.ndarray, total: float | None,
         d = r + (rr_new / rr) * d
         rr = rr_new
         steps += 1
+    # CG on range(I - P) drifts out of it by rounding: the bound needs mu in it exactly
+    mu = perp(mu)
     x = np.where(free, (k - mu) * inv, f)
     return G.project(x, total), mu, steps
