@@ -19,6 +19,10 @@ dependency): set ``CVXDP_MBI_PYTHON`` to its interpreter (default ``/tmp/mbi_env
 create it with ``python3 -m venv /tmp/mbi_env && /tmp/mbi_env/bin/pip install "mbi>=2,<3"``).
 Without it the mbi columns read "n/a".
 
+Marginals of any clique set (all two- and three-way marginals, ``cvxdp.LocalPolytope``) are
+benchmarked in ``benchmarks/local_polytope.py``; L1 against Gaussian losses on the marginal
+polytope in ``benchmarks/marginal_l1.py``.
+
 Usage: ``python benchmarks/marginals.py [--fast] [--seeds 0 1 2] [--out FILE]``
 """
 from __future__ import annotations
