@@ -24,11 +24,13 @@ Only the public API is used, so the same script measures any version of cvxdp.
 
     python benchmarks/stress.py --per-kind 200          # ~thousands of instances
     python benchmarks/stress.py --per-kind 10 --family admm
+    python benchmarks/stress.py --per-kind 50 --family local_polytope
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import math
 import sys
 import time
@@ -238,8 +240,101 @@ def _with_repair(model, rho=None) -> cp.Problem:
 NC_KINDS = {k: (lambda kk: (lambda r: nc_instance(r, kk)))(k)
             for k in ("ranges", "duplicates", "zero_rows", "single", "d1", "dense", "basis")}
 
+
+def _local_cliques(rng, k: int) -> list[tuple[int, ...]]:
+    """A random clique set on ``k`` attributes: a chain, a loop, all pairs, a nested set or
+    random cliques of one to three attributes (no repeats; some attributes may be in none)."""
+    shape = rng.choice(["chain", "loop", "pairs", "nested", "random"])
+    if shape == "chain" or k < 3 and shape in ("loop", "pairs"):
+        cl = [(i, i + 1) for i in range(k - 1)] or [(0,)]
+    elif shape == "loop":
+        cl = [(i, (i + 1) % k) for i in range(k)]
+    elif shape == "pairs":
+        cl = [tuple(c) for c in itertools.combinations(range(k), 2)]
+    elif shape == "nested":
+        top = tuple(int(a) for a in rng.choice(k, size=min(k, 3), replace=False))
+        cl = [top, top[:1], top[:2]] + [(i,) for i in range(k) if i not in top]
+    else:
+        cl = [tuple(int(a) for a in rng.choice(k, size=int(rng.integers(1, min(k, 3) + 1)),
+                                               replace=False))
+              for _ in range(int(rng.integers(1, 6)))]
+    out, seen = [], set()
+    for c in cl:
+        c = tuple(int(a) for a in (rng.permutation(c) if rng.random() < 0.3 else c))   # axis order
+        if frozenset(c) not in seen:
+            seen.add(frozenset(c))
+            out.append(c)
+    if rng.random() < 0.3:                    # a one-way marginal nested in a bigger clique
+        a = int(rng.choice(out[0]))
+        if frozenset([a]) not in seen:
+            out.append((a,))
+    return out
+
+
+def local_instance(rng, loss="random", known_total=True, general=False, scale=False):
+    """``minimize loss s.t. LocalPolytope`` on a random clique set (loops, nesting, size-1
+    attributes, unmeasured cliques, zero-weight cells); ``general``: also a query matrix on a
+    flattened marginal or a sub-marginal ``cp.sum(x, axis=...)``; ``scale``: totals and
+    noise over many orders of magnitude."""
+    k = int(rng.integers(1, 6))
+    sizes = [int(rng.choice([1, 2, 2, 3, 3])) for _ in range(k)]
+    names = [f"a{i}" for i in range(k)]
+    dom = cvxdp.Domain(dict(zip(names, sizes)))
+    cliques = [tuple(names[i] for i in c) for c in _local_cliques(rng, k)]
+    if scale:
+        n_rec = float(10.0 ** rng.choice([-3, 0, 2, 4, 7]))
+        sigma = float(10.0 ** rng.choice([-3, -1, 0, 2, 4]))
+    else:
+        n_rec, sigma = float(rng.integers(20, 200)), float(rng.uniform(0.5, 3))
+    p = rng.dirichlet(np.full(int(np.prod(sizes)), 0.7)).reshape(sizes) * n_rec
+    mus = {c: cp.Variable(dom.shape(c) if rng.random() < 0.8 else dom.size(c)) for c in cliques}
+    true = {}
+    for c in cliques:
+        axes = tuple(i for i, a in enumerate(names) if a not in c)
+        t = p.sum(axis=axes) if axes else p
+        t = np.transpose(t, [sorted(c, key=names.index).index(a) for a in c])
+        true[c] = t.reshape(mus[c].shape)
+    terms = []
+    for j, c in enumerate(cliques):
+        if j > 0 and rng.random() < 0.15:
+            continue                                         # an unmeasured clique
+        t = true[c]
+        kind = rng.choice(["l1", "l2"]) if loss == "random" else loss
+        y = t + (rng.laplace(0, sigma, t.shape) if kind == "l1" else rng.normal(0, sigma, t.shape))
+        w = np.full(t.shape, 1.0 / sigma)
+        if rng.random() < 0.2:
+            w = w * (rng.random(t.shape) < 0.7)              # zero-weight cells
+        terms.append(_loss(kind, mus[c] - y, w))
+    if general:
+        c = cliques[int(rng.integers(len(cliques)))]
+        x = mus[c]
+        if x.ndim > 1 and rng.random() < 0.5:                 # a sub-marginal
+            ax = int(rng.integers(x.ndim))
+            y = true[c].sum(axis=ax) + rng.normal(0, sigma, true[c].sum(axis=ax).shape)
+            terms.append(_loss(rng.choice(["l1", "l2"]), cp.sum(x, axis=ax) - y,
+                               np.ones(y.shape) / sigma))
+        else:                                                # a query matrix on the flat marginal
+            vec = cp.vec(x, order="C") if x.ndim > 1 else x
+            Q = (rng.random((int(rng.integers(1, 5)), x.size)) < 0.5).astype(float)
+            Q += rng.normal(0, 0.2, Q.shape)
+            y = Q @ true[c].ravel() + rng.normal(0, sigma, Q.shape[0])
+            terms.append(_loss(rng.choice(["l1", "l2"]), Q @ vec - y, np.ones(Q.shape[0]) / sigma))
+    if not terms:
+        c = cliques[0]
+        terms.append(_loss("l2", mus[c] - n_rec / dom.size(c), np.ones(mus[c].shape)))
+    total = n_rec if known_total else None
+    return cp.Problem(cp.Minimize(cp.sum(terms)), [cvxdp.LocalPolytope(mus, dom, total=total)])
+
+
+LOCAL_KINDS = {"local_l2": lambda r: local_instance(r, "l2"),
+               "local_l1": lambda r: local_instance(r, "l1"),
+               "local_mixed": lambda r: local_instance(r, "enet"),
+               "local_free": lambda r: local_instance(r, known_total=False),
+               "local_general": lambda r: local_instance(r, general=True),
+               "local_scales": lambda r: local_instance(r, scale=True)}
+
 FAMILIES = {"admm": (cvxdp.ADMM, ADMM_KINDS), "mirror_descent": (cvxdp.MIRROR_DESCENT, MD_KINDS),
-            "newton_cg": (cvxdp.NEWTON_CG, NC_KINDS)}
+            "newton_cg": (cvxdp.NEWTON_CG, NC_KINDS), "local_polytope": (cvxdp.ADMM, LOCAL_KINDS)}
 
 
 # --------------------------------------------------------------------------- checks
@@ -289,9 +384,10 @@ def violation(prob: cp.Problem) -> float:
     return worst
 
 
-def judge(method: str, prob: cp.Problem) -> tuple[str, str]:
+def judge(method: str, prob: cp.Problem, **opts) -> tuple[str, str]:
     """``(outcome, detail)`` for one instance.  A disagreement with the first reference is
-    a failure only if no other reference agrees with cvxdp (``ref_disputed`` otherwise)."""
+    a failure only if no other reference agrees with cvxdp (``ref_disputed`` otherwise).
+    ``opts``: further options of the cvxdp solve (e.g. ``max_iters`` to bound CI time)."""
     refs = references(prob)
     first = next(refs, None)
     if first is None:
@@ -300,7 +396,8 @@ def judge(method: str, prob: cp.Problem) -> tuple[str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            val = prob.solve(method="cvxdp", solver=method, eps_abs=EPS_ABS, eps_rel=EPS_REL)
+            val = prob.solve(method="cvxdp", solver=method, eps_abs=EPS_ABS, eps_rel=EPS_REL,
+                             **opts)
     except (ValueError, cvxdp.NotRecognised) as exc:
         return "refused", str(exc).splitlines()[0][:120]
     except cp.error.SolverError as exc:
@@ -352,11 +449,13 @@ def dual_check(prob: cp.Problem, ref_val: float) -> tuple[str, str]:
         return "no_duals", ""
     lag, box = prob.objective.expr, []
     for c in cons:
-        if isinstance(c, cvxdp.MarginalPolytope):     # y^T (marginals - A mu), mu in the polytope
+        if isinstance(c, (cvxdp.MarginalPolytope, cvxdp.LocalPolytope)):
+            # y^T (marginals - tables), the tables in the (local) polytope
             local = c.local_polytope(c.known_total())
             parts = c.dual_value if isinstance(c.dual_value, list) else [c.dual_value]
             if [np.shape(p) for p in parts] != [a.shape for a in c.args]:
-                return "bad_duals", "a MarginalPolytope dual of the wrong shape (left by another solve)"
+                return "bad_duals", (f"a {type(c).__name__} dual of the wrong shape (left by "
+                                     f"another solve)")
             y = np.concatenate([np.asarray(p, dtype=float).ravel(order="C") for p in parts])
             lag = lag + y @ local[0].args[0]
             box += local[1:]
@@ -383,7 +482,7 @@ def dual_check(prob: cp.Problem, ref_val: float) -> tuple[str, str]:
     return ("bad_duals", f"Lagrangian gap {gap:.2e}") if gap > DUAL_TOL else ("ok", "")
 
 
-def run(families, per_kind: int, seed: int, show: int) -> int:
+def run(families, per_kind: int, seed: int, show: int, only=None) -> int:
     failures = 0
     print(f"cvxdp {cvxdp.__version__} stress: {per_kind} instances per kind, seed {seed}")
     print(f"{'family':<15} {'kind':<15} {'n':>5} {'ok':>5} {'inacc':>6} {'noref':>6} "
@@ -393,6 +492,8 @@ def run(families, per_kind: int, seed: int, show: int) -> int:
     for fam in families:
         method, kinds = FAMILIES[fam]
         for kind, build in kinds.items():
+            if only and kind not in only:
+                continue
             rng = np.random.default_rng([seed, zlib.crc32(fam.encode()), zlib.crc32(kind.encode())])
             counts = collections.Counter()
             examples = collections.defaultdict(list)
@@ -428,10 +529,12 @@ def main(argv=None) -> int:
     ap.add_argument("--per-kind", type=int, default=100)
     ap.add_argument("--family", choices=sorted(FAMILIES), action="append")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kind", action="append", help="only these kinds (e.g. local_scales)")
     ap.add_argument("--show", type=int, default=2, help="examples of each failure shown per kind")
     args = ap.parse_args(argv)
-    fams = args.family or list(FAMILIES)
-    return 1 if run(fams, args.per_kind, args.seed, args.show) else 0
+    fams = args.family or [f for f, (_, kinds) in FAMILIES.items()
+                           if not args.kind or set(args.kind) & set(kinds)]
+    return 1 if run(fams, args.per_kind, args.seed, args.show, args.kind) else 0
 
 
 if __name__ == "__main__":
