@@ -662,15 +662,7 @@ def test_nll_measurements(noise, total):
 
 
 # ---------------------------------------------------------------- duals
-NO_DUALS_WITHOUT_POLISH = (
-    "regression of 6076988 (face polish only when the gap stalls): on squared losses the gap "
-    "closes without stalling, so lam_best stays the ADMM's lam, whose error enters "
-    "multipliers()' linearised bound linearly (N * |lam - lam*|): duals_certified is False "
-    "even at gap 8e-11 (with the polish run as before: certified in 100 iterations); "
-    "stress local_l2 seed 0: 43/50 optimal without duals, 22/50 before")
 
-
-@pytest.mark.xfail(strict=True, reason=NO_DUALS_WITHOUT_POLISH)
 def test_kkt_of_squared_losses():
     """y_C = -grad_C loss at the returned point, for pure squared losses, and the duals are
     certified on this well-conditioned instance."""

@@ -347,11 +347,11 @@ class _Run:
         p = self.p
         if self.best is None:
             self.certify()
+        y = self.multipliers(status)             # may polish, and so improve the point
         f, x = self.best
         info = {"rho": self.rho, "regions": len(p.graph.regions), "coupled_rows":
                 0 if p.Q is None else int(p.Q.shape[0]), "total": float(p.graph.totals(x)[0]),
                 "polish": dict(self.polish_info)}
-        y = self.multipliers(x, status)
         duals = {"marginals": y} if y is not None else {}
         info["duals_certified"] = y is not None
         r_p, r_d, _, _ = self.residuals() if hasattr(self, "nu_prev") else (math.nan,) * 4
@@ -362,12 +362,23 @@ class _Run:
             state={"n": p.graph.n, "m": 0 if p.Q is None else p.Q.shape[0], "nu": self.nu,
                    "u": self.u, "r": self.r, "v": self.v, "rho": self.rho})
 
-    def multipliers(self, x: np.ndarray, status: str) -> np.ndarray | None:
-        """``-G`` (module docstring) if its linearised bound certifies the returned point."""
+    def multipliers(self, status: str) -> np.ndarray | None:
+        """``-G`` (module docstring) if its linearised bound certifies the returned point;
+        failing that, once, the face polish's exact multiplier is tried (it certifies the
+        duals of squared losses that the ADMM's multiplier leaves a little off)."""
         if status != R.OPTIMAL or self.lam_best is None:
             return None
+        y = self._multipliers_from(self.best[1], self.lam_best)
+        if y is None and self.s.polish and self.p.Q is None:
+            self.try_polish()
+            for lam in (self.lam_best, self.polish_mu):
+                if y is None and lam is not None:
+                    y = self._multipliers_from(self.best[1], _orthogonal(self.p, lam))
+        return y
+
+    def _multipliers_from(self, x: np.ndarray, lam: np.ndarray) -> np.ndarray | None:
         p = self.p
-        lams = _gradient_duals(p.loss, x, -self.lam_best)
+        lams = _gradient_duals(p.loss, x, -lam)
         if lams is None:
             return None
         g = p.loss.adjoint(lams)
@@ -375,7 +386,7 @@ class _Run:
         if c is None:
             return None
         total = p.total if p.total is not None else float(p.graph.totals(x)[0])
-        lb = linear_bound(p, g, self.lam_best, c, total, self.total_max)
+        lb = linear_bound(p, g, lam, c, total, self.total_max)
         if R.relative_gap(self.best[0], lb) > self.s.eps_rel:
             return None
         return -g
