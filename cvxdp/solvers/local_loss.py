@@ -55,10 +55,14 @@ class CellLoss:
         self.smooth = not np.any(self.w > 0)
         self.strict = bool(np.all(self.A > 0))
 
-    def argmin(self, A: np.ndarray, k: np.ndarray, upper: np.ndarray | float) -> np.ndarray:
+    def argmin(self, A: np.ndarray, k: np.ndarray, upper: np.ndarray | float, *,
+               curved: bool | None = None) -> np.ndarray:
         """Minimiser of ``A/2 x^2 - k x + w |x - b|`` over ``[0, upper]``, cell by cell (``A``
-        may be zero: the function is then piecewise linear; ``upper`` may be ``inf``)."""
-        if self.smooth and (self.strict or A is not self.A):
+        may be zero: the function is then piecewise linear; ``upper`` may be ``inf``).
+        ``curved``: every ``A`` is positive (default: as for the loss's own ``A``)."""
+        if curved is None:
+            curved = self.strict
+        if self.smooth and curved:
             # squared rows only and every cell curved: the clipped stationary point
             out = k / A
             return np.clip(out, 0.0, upper, out=out)
@@ -73,7 +77,7 @@ class CellLoss:
 
     def prox(self, v: np.ndarray, rho: float) -> np.ndarray:
         """``argmin_{x >= 0} f(x) + rho/2 ||x - v||^2``."""
-        return self.argmin(self.A + rho, self.C + rho * v, np.inf)
+        return self.argmin(self.A + rho, self.C + rho * v, np.inf, curved=True)
 
 
 def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
