@@ -88,6 +88,11 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
     coupled: list[LossTerm] = []
     squared = []
     for t in loss.terms:
+        if isinstance(t.A, slice) and (t.kind == "l2" or not np.any(cells.w[t.A] > 0)):
+            # the identity on a slice (the common case): read without index arrays, which
+            # cost O(n) per term (31 s for Adult's 364 three-way cliques)
+            _add_slice(cells, t, squared)
+            continue
         if isinstance(t.A, slice):
             idx = np.arange(t.A.start, t.A.stop)
             coef = np.ones(idx.size)
@@ -131,5 +136,21 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
             coupled.append(LossTerm(t.kind, A, y[sub], w[sub]))
     cells.freeze()
     for idx, w, a, y in squared:            # r_i: the least value of the cell's squared rows
-        cells.r += np.bincount(idx, 0.5 * w * (a * cells.c[idx] - y) ** 2, minlength=loss.n)
+        if isinstance(idx, slice):
+            cells.r[idx] += 0.5 * w * (cells.c[idx] - y) ** 2
+        else:
+            cells.r += np.bincount(idx, 0.5 * w * (a * cells.c[idx] - y) ** 2, minlength=loss.n)
     return cells, MarginalLoss(coupled, loss.n, 0.0)
+
+
+def _add_slice(cells: CellLoss, t: LossTerm, squared: list) -> None:
+    """Rows ``w (x_i - y_i)`` on the cells of the slice ``t.A`` (no absolute row there yet
+    for an absolute term)."""
+    sl = t.A
+    if t.kind == "l2":
+        cells.A[sl] += t.w
+        cells.C[sl] += t.w * t.b
+        squared.append((sl, t.w, None, t.b))
+    else:
+        cells.w[sl] = t.w
+        cells.b[sl] = t.b

@@ -73,6 +73,15 @@ class _Region:
     spread: np.ndarray              # n(C_k \ A) per member
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """One clique's regions: ``top`` the maximal ones as (region, member position); ``sub``
+    the others as (region, member position, index into ``top`` of the region summed from,
+    axes of that region summed out, broadcast shape back into it)."""
+    top: tuple[tuple[int, int], ...]
+    sub: tuple[tuple[int, int, int, tuple[int, ...], tuple[int, ...]], ...]
+
+
 class RegionGraph:
     """Cliques, their shared regions and the consistency projection (module docstring).
 
@@ -115,6 +124,7 @@ class RegionGraph:
         nnz = sum(int(self.cells[p.k]) for reg in self.regions for p in reg.pairs)
         self._MT = self.M.T.tocsr() if nnz <= MATRIX_MAX_NNZ else None
         self.components = self._components()
+        self._plans = self._clique_plans()
 
     # ------------------------------------------------------------------ structure
     def _build_regions(self) -> list[_Region]:
@@ -202,6 +212,60 @@ class RegionGraph:
                 parent[find(int(k))] = r0
         return np.array([find(i) for i in range(len(self.cliques))])
 
+    def _clique_plans(self) -> list[_Plan]:
+        """For each clique, the regions it holds: the *maximal* ones (in no other region of the
+        clique) are summed from the table, every other one from the smallest maximal region
+        containing it; corrections are gathered the same way, so that each table is read
+        and written once per maximal region whatever the number of regions inside it."""
+        held: list[list[tuple[int, int]]] = [[] for _ in self.cliques]
+        for i, reg in enumerate(self.regions):
+            for j, k in enumerate(reg.members):
+                held[int(k)].append((i, j))
+        plans = []
+        for k, hs in enumerate(held):
+            sets = {i: frozenset(self.regions[i].attrs) for i, _ in hs}
+            top = [(i, j) for i, j in hs if not any(sets[i] < sets[o] for o, _ in hs)]
+            sub = []
+            for i, j in hs:
+                if (i, j) in top:
+                    continue
+                parent = min((q for q, (o, _) in enumerate(top) if sets[i] <= sets[o]),
+                             key=lambda q: len(sets[top[q][0]]))
+                outer = self.regions[top[parent][0]].attrs
+                inner = self.regions[i].attrs
+                axes = tuple(a for a, attr in enumerate(outer) if attr not in inner)
+                bshape = tuple(self.sizes[a] if a in inner else 1 for a in outer)
+                sub.append((i, j, parent, axes, bshape))
+            # a region inside another is summed from it: larger regions first
+            sub.sort(key=lambda e: -len(self.regions[e[0]].attrs))
+            plans.append(_Plan(tuple(top), tuple(sub)))
+        return plans
+
+    def region_marginals(self, t: np.ndarray) -> list[np.ndarray]:
+        """Every member's marginal on every region: one array per region, ``(members,) +
+        region shape`` (axes in sorted attribute order)."""
+        out = [np.empty((reg.members.size,) + reg.shape) for reg in self.regions]
+        for plan in self._plans:
+            tops = []
+            for i, j in plan.top:
+                m = self.pair_marginal(t, self.regions[i].pairs[j])
+                out[i][j] = m
+                tops.append(m)
+            for i, j, q, axes, _ in plan.sub:
+                out[i][j] = tops[q].sum(axis=axes)
+        return out
+
+    def add_region_arrays(self, t: np.ndarray, d: list[np.ndarray]) -> None:
+        """``t += sum`` over (region, member) of ``d[region][member]`` spread over the
+        member's table (in place); ``d`` as :meth:`region_marginals` returns."""
+        for plan in self._plans:
+            acc = [np.array(d[i][j]) for i, j in plan.top]
+            for i, j, q, _, bshape in plan.sub:
+                acc[q] += d[i][j].reshape(bshape)
+            for (i, j), a in zip(plan.top, acc):
+                p = self.regions[i].pairs[j]
+                self.block(t, p.k)[...] += self.pair_spread(a, p)
+
     def block(self, t: np.ndarray, k: int) -> np.ndarray:
         """Clique ``k``'s table from the stacked vector, shaped by its clique."""
         return t[self.offsets[k]:self.offsets[k + 1]].reshape(self.shapes[k])
@@ -249,26 +313,26 @@ class RegionGraph:
         return t + self._MT @ d
 
     def _correct_blocks(self, t: np.ndarray, a: np.ndarray) -> np.ndarray:
-        """The region corrections of :meth:`project`, table by table (no matrix)."""
-        out = np.array(t, dtype=float)
-        # the components of different regions are orthogonal: correcting one region leaves
-        # every other region's centred component (and the totals) unchanged
-        for reg in self.regions:
-            h = _centre(np.stack([self.pair_marginal(out, p) for p in reg.pairs]))
+        """The region corrections of :meth:`project`, table by table (no matrix): the
+        components of different regions are orthogonal, so every region's correction is
+        computed from ``t`` itself and all are added in one pass per table."""
+        m = self.region_marginals(t)
+        d = []
+        for reg, h in zip(self.regions, m):
+            h = _centre(h)
             w = a[reg.members] / reg.spread
             hbar = np.tensordot(w / w.sum(), h, axes=1)
-            for j, p in enumerate(reg.pairs):
-                self.block(out, p.k)[...] += self.pair_spread((hbar - h[j]) / p.spread, p)
+            d.append((hbar - h) / reg.spread.reshape((-1,) + (1,) * len(reg.shape)))
+        out = np.array(t, dtype=float)
+        self.add_region_arrays(out, d)
         return out
 
     def residual(self, t: np.ndarray, total: float | None = None) -> float:
         """Largest disagreement of two cliques' marginals on a region, or of a total with
         ``total`` (or with the first clique's total when ``None``)."""
         viol = 0.0
-        for reg in self.regions:
-            first = self.pair_marginal(t, reg.pairs[0])
-            for p in reg.pairs[1:]:
-                viol = max(viol, float(np.max(np.abs(self.pair_marginal(t, p) - first), initial=0.0)))
+        for m in self.region_marginals(t):
+            viol = max(viol, float(np.max(np.abs(m[1:] - m[0]), initial=0.0)))
         s = self.totals(t)
         ref = s[0] if total is None else total
         return max(viol, float(np.max(np.abs(s - ref))))
