@@ -189,6 +189,30 @@ def test_cycle_needs_fill_in_and_synthetic_data_follows_the_model(mbi):
     assert np.abs(counts / 5000 - want / want.sum()).max() < 0.03
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_model_answers_like_mbi_inference(mbi, seed):
+    """The returned model answers ``project`` with cvxdp's numpy inference: the same numbers as
+    mbi's own variable elimination / clique marginals on the same model, for measured,
+    unmeasured and all-attribute sets and the zero-way total; a plain copy answers through mbi."""
+    import dataclasses
+    import itertools
+    dom, ms = _instance(mbi, seed, extra_edges=2)
+    model = synth.estimate(dom, ms, **SOLVE)
+    assert isinstance(model, mbi.MarkovRandomField)
+    plain = mbi.MarkovRandomField(potentials=model.potentials, marginals=model.marginals,
+                                  total=model.total)
+    names = list(dom.attrs)
+    sets = [()] + [c for r in (1, 2, 3) for c in itertools.combinations(names, r)] + [tuple(names[::-1])]
+    for cl in sets:
+        ours = np.asarray(model.project(cl).datavector(flatten=False), dtype=float)
+        theirs = np.asarray(plain.project(cl).datavector(flatten=False), dtype=float)
+        assert ours.shape == theirs.shape
+        assert np.abs(ours - theirs).max() <= 1e-5 * max(1.0, float(model.total)), cl
+    copy = dataclasses.replace(model)
+    np.testing.assert_allclose(np.asarray(copy.project(names[:2]).datavector()),
+                               np.asarray(model.project(names[:2]).datavector()), atol=1e-5 * model.total)
+
+
 def test_total_prefix_and_l1_measurements(mbi):
     """OpenDP's shapes: a zero-way total and a query that drops cells; the L1 (Laplace) loss."""
     rng = np.random.default_rng(5)
