@@ -86,7 +86,8 @@ def test_noise_free_data_recover_the_true_total(kind, shape):
 
 def test_the_total_is_optimised_not_the_appendix_e1_estimate():
     """Heavy noise on small counts: non-negativity binds, so the maximum-likelihood total is
-    not the inverse-variance mean of the marginals' sums; the secant steps find it."""
+    not the inverse-variance mean of the marginals' sums; the secant steps, or the free-total
+    polish from the first step's support, find it."""
     found = 0
     for seed in range(6):
         prob, mus, mp, n = instance(seed, "l2", 6.0, n_records=10)
@@ -99,7 +100,8 @@ def test_the_total_is_optimised_not_the_appendix_e1_estimate():
         assert info["total"] == pytest.approx(ref_total, rel=1e-5)
         if abs(info["total_start"] - info["total"]) > 1e-3 * info["total"]:
             found += 1
-            assert info["total_steps"] > 1 and info["total_route"] == "secant"
+            assert (info["total_steps"] > 1 and info["total_route"] == "secant") or \
+                info["total_route"] == "qp"
             # the fixed appendix-E.1 total is strictly worse: the old answer is not optimal
             fixed = cp.Problem(prob.objective, [cvxdp.MarginalPolytope(mus, mp.domain,
                                                                        total=info["total_start"])])

@@ -122,12 +122,18 @@ class LocalPolytopeQP:
     :class:`cvxdp.solvers.mirror_descent.MarginalProblem`.
     """
 
-    def __init__(self, tree: JunctionTree, loss: MarginalLoss, total: float) -> None:
+    def __init__(self, tree: JunctionTree, loss: MarginalLoss, total: float, *,
+                 free_total: bool = False) -> None:
         if not loss.smooth:
             raise ValueError("LocalPolytopeQP: the polish needs a quadratic (all 'l2') loss")
         self.tree, self.total = tree, float(total)
         nc = len(tree.cliques)
         self.P, E, self.offsets = local_polytope_matrices(tree)
+        # a free total (the cone over the polytope): the total row goes; ``total`` is then
+        # only the unit of the scaled problem, and the polished tables carry their own total
+        self.free_total = bool(free_total)
+        if self.free_total:
+            E = E[:-1]
         nx = int(self.offsets[-1])
         self.n = loss.n
         self.m = E.shape[0]
@@ -147,7 +153,8 @@ class LocalPolytopeQP:
         off = self._H - sp.diags(self._H.diagonal())
         self._h_diag = self._H.diagonal().copy() if off.count_nonzero() == 0 else None
         self._e = np.zeros(self.m)
-        self._e[-1] = 1.0
+        if not self.free_total:
+            self._e[-1] = 1.0
         self.nx, self.nc = nx, nc
 
     def _factor(self, M: sp.csc_matrix):
