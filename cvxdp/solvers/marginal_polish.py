@@ -253,6 +253,15 @@ class LocalPolytopeQP:
                 return None
             if time.perf_counter() > deadline:
                 return None
+            if rounds - best_round >= 2:
+                # no progress for two rounds (the active-set rule can cycle): move only the
+                # worst half of the violating cells
+                if neg.any():
+                    cut = np.quantile(x[neg], 0.5)
+                    neg &= x <= cut
+                if dneg.any():
+                    cut = np.quantile(s[dneg], 0.5)
+                    dneg &= s <= cut
             support = (support & ~neg) | dneg
             start = np.maximum(x, 0.0)      # the next support problem corrects this point
         return None
