@@ -22,13 +22,15 @@ from .fitness import fitness_problem
 from .errors import NotRecognised
 from .losses import elastic_net, nll
 from .measurement import Measurement
+from .rounding import round_consistent
 
 __version__ = "0.1.0"
 
 __all__ = ["ADMM", "METHODS", "NEWTON_CG", "MIRROR_DESCENT", "Domain", "GraphicalModel",
            "LocalPolytope", "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
-           "elastic_net", "mechanisms", "nll", "ordered", "solve", "synth", "workloads"]
+           "elastic_net", "mechanisms", "nll", "ordered", "round_consistent", "solve", "synth",
+           "workloads"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
 _cp.Problem.register_solve("cvxdp", solve)

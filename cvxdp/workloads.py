@@ -28,11 +28,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from .solvers.tree import Forest, TreeLSQ
+from .geography import Geography, geography
 
 from .mechanisms import _as_rng
 
 __all__ = ["identity", "total", "prefix", "all_ranges", "range_queries", "random_ranges",
-           "sqrt_tree", "wavelet", "marginal", "marginals", "kron", "Hierarchy", "hierarchy"]
+           "sqrt_tree", "wavelet", "marginal", "marginals", "kron", "Hierarchy", "hierarchy",
+           "Geography", "geography"]
 
 # Largest full table a marginal matrix is built over (one non-zero per cell).
 _MAX_CELLS = 2 ** 31 - 1

@@ -119,6 +119,15 @@ class Forest:
             blocks.append((pp[starts], starts, sizes, k))
         return blocks
 
+    def level_children(self, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Level ``d >= 1`` in BFS positions: ``(parents, starts, sizes)``, the distinct
+        parents (BFS positions, increasing) and, for each, where its block of children starts
+        within the level and how many children it has."""
+        if not 1 <= d < self.n_levels:
+            raise ValueError(f"level_children: level {d} is not in 1 .. {self.n_levels - 1}")
+        parents, starts, sizes, _ = self._blocks[d]
+        return parents, starts, sizes
+
     # ------------------------------------------------- level-wise primitives
     def _to_bfs(self, x: np.ndarray, copy: bool = True) -> np.ndarray:
         x = np.asarray(x, dtype=float)
