@@ -42,7 +42,10 @@ maximal measured cliques when those form a chordal graph (trees: MST; and in pra
 workloads); otherwise they include the triangulation's fill-in, so AIM's model-size filter
 (``hypothetical_model_size(model.cliques + [candidate])``) can only be more conservative.  Over the
 local polytope the model is ``constraint.model()``, a graphical model fitted to the consistent
-marginals, converted the same way.
+marginals, converted the same way.  The model is an instance of a subclass of
+``mbi.MarkovRandomField`` whose ``project`` answers from cvxdp's own numpy inference on the same
+distribution (mbi compiles a JAX kernel per attribute set, which dominated AIM's selection
+step); a copy made with ``dataclasses.replace`` answers through mbi again, with the same numbers.
 
 Plugging it in
 --------------
