@@ -108,3 +108,64 @@ def test_block_refusals(kwargs, match):
         Block([1], np.eye(2), [1.0, 0.0], np.zeros((1, 2)))
     with pytest.raises(ValueError, match="finite"):
         Block([1], np.eye(2), 1.0, np.full((1, 2), np.nan))
+
+
+def constrained_reference(geo, k, blocks, invariants):
+    """Estimate and covariances with exact constraints, from the dense KKT system."""
+    agg = geo.aggregation.toarray()
+    L = geo.leaves.size
+    lift = [np.kron(agg[v][None, :], np.eye(k)) for v in range(geo.n_nodes)]
+    H, r = np.zeros((L * k, L * k)), np.zeros(L * k)
+    for b in blocks:
+        for i, v in enumerate(b.nodes):
+            QM = b.Q @ lift[v]
+            H += QM.T @ (b.w[:, None] * QM)
+            r += QM.T @ (b.w * b.y[i])
+    C = np.vstack([inv.E @ lift[v] for inv in invariants for v in inv.nodes])
+    e = np.concatenate([inv.e[i] for inv in invariants for i in range(inv.nodes.size)])
+    Hi = np.linalg.inv(H)
+    x0 = Hi @ r
+    M = np.linalg.pinv(C @ Hi @ C.T)
+    xl = x0 - Hi @ C.T @ M @ (C @ x0 - e)
+    cov = Hi - Hi @ C.T @ M @ C @ Hi
+    return agg @ xl.reshape(L, k), [lift[v] @ cov @ lift[v].T for v in range(geo.n_nodes)]
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_invariants_are_met_exactly_and_match_constrained_least_squares(seed):
+    from cvxdp.solvers.tree_gls import Invariant
+    geo, k, blocks = instance(seed)
+    rng = np.random.default_rng(1000 + seed)
+    truth = geo.aggregate(rng.normal(size=(geo.leaves.size, k)))
+    invs = []
+    # totals at a random set of units (a parent and all its children sometimes: redundant)
+    units = rng.choice(geo.n_nodes, size=max(1, geo.n_nodes // 3), replace=False)
+    if geo.internal.size and seed % 2:
+        p = int(geo.internal[0])
+        units = np.unique(np.r_[units, p, geo.children(p)])
+    invs.append(Invariant(units, np.ones((1, k)), truth[units].sum(axis=1, keepdims=True)))
+    # and one query at the root when k > 1
+    if k > 1:
+        roots = np.flatnonzero(geo.parent < 0)
+        E = np.zeros((1, k))
+        E[0, 0] = 1.0
+        if not np.isin(roots, units).any():
+            invs.append(Invariant(roots, E, truth[roots][:, :1]))
+    g = TreeGLS(geo.forest, k, blocks, invs)
+    x = g.solve()
+    ref, covs = constrained_reference(geo, k, blocks, invs)
+    scale = max(1.0, np.abs(ref).max())
+    np.testing.assert_allclose(x, ref, atol=1e-8 * scale)
+    for inv in invs:
+        np.testing.assert_allclose(x[inv.nodes] @ inv.E.T, inv.e, atol=1e-9 * scale)
+    cells, _ = g.variances()
+    np.testing.assert_allclose(cells, np.array([np.diag(C) for C in covs]), atol=1e-8)
+
+
+def test_contradicting_invariants_are_refused():
+    from cvxdp.solvers.tree_gls import Invariant
+    geo = cvxdp.workloads.geography(np.array([-1, 0, 0]))
+    blocks = [Block([1, 2], np.eye(2), 1.0, np.zeros((2, 2)))]
+    invs = [Invariant([0, 1, 2], np.ones((1, 2)), [[10.0], [4.0], [5.0]])]
+    with pytest.raises(ValueError, match="invariants contradict at unit 0"):
+        TreeGLS(geo.forest, 2, blocks, invs).solve()

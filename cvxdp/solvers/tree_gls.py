@@ -51,7 +51,7 @@ import numpy as np
 
 from .tree import Forest
 
-__all__ = ["Block", "TreeGLS"]
+__all__ = ["Block", "Invariant", "TreeGLS"]
 
 
 @dataclass
@@ -84,6 +84,24 @@ class Block:
         return self.Q.T @ (self.w[:, None] * self.Q)
 
 
+@dataclass
+class Invariant:
+    """Exact linear facts ``E x_v = e[i]`` at the units ``nodes`` (``E`` ``(r, k)``, ``e``
+    ``(u, r)``): known totals or queries that the estimate must meet exactly."""
+
+    nodes: np.ndarray
+    E: np.ndarray
+    e: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.nodes = np.asarray(self.nodes, dtype=np.int64).ravel()
+        self.E = np.atleast_2d(np.asarray(self.E.toarray() if hasattr(self.E, "toarray") else self.E,
+                                          dtype=float))
+        self.e = np.asarray(self.e, dtype=float).reshape(self.nodes.size, self.E.shape[0])
+        if not (np.all(np.isfinite(self.E)) and np.all(np.isfinite(self.e))):
+            raise ValueError("Invariant: E and e must be finite")
+
+
 class TreeGLS:
     """The two passes of the module docstring for a forest and measurement blocks.
 
@@ -92,53 +110,67 @@ class TreeGLS:
     forest : the units' tree.
     k : cells per histogram.
     blocks : the measurements.
-    extra : optional ``(n, k)`` non-negative weights of an identity measurement on every
-        cell (added information ``diag(extra_v)`` at each unit; the ADMM's proximal term).
+    invariants : exact linear facts; each is imposed by conditioning the unit's estimate on
+        it in the upward pass (a Kalman update with no noise), so the estimate and its
+        covariance meet it exactly and the covariance is singular in its directions
+        (pseudo-inverses in the passes, as the formulas allow; see :meth:`_new_class`).
+    prox : information ``prox * I`` added at every leaf (the ADMM's proximal term).
     """
 
     def __init__(self, forest: Forest, k: int, blocks: Sequence[Block],
-                 extra: np.ndarray | None = None) -> None:
+                 invariants: Sequence[Invariant] = (), prox: float = 0.0) -> None:
         self.forest, self.k = forest, int(k)
-        self.blocks = list(blocks)
-        for b in self.blocks:
-            if b.Q.shape[1] != self.k:
-                raise ValueError(f"TreeGLS: a block has {b.Q.shape[1]} columns, the histograms {self.k}")
+        self.blocks, self.invariants = list(blocks), list(invariants)
+        self.prox = float(prox)
+        for b in self.blocks + self.invariants:
+            width = b.Q.shape[1] if isinstance(b, Block) else b.E.shape[1]
+            if width != self.k:
+                raise ValueError(f"TreeGLS: a block has {width} columns, the histograms {self.k}")
             if b.nodes.size and (b.nodes.min() < 0 or b.nodes.max() >= forest.n):
                 raise ValueError("TreeGLS: a block names a unit outside the tree")
-        self._info_classes(extra)
+        self._pos = np.empty(forest.n, dtype=np.int64)
+        self._pos[forest.order] = np.arange(forest.n)
+        self._info_classes()
         self._factor()
         self._sums: dict[int, np.ndarray] = {}     # per level: the children's sums of m
 
     # ------------------------------------------------------------------ factorisation
-    def _info_classes(self, extra: np.ndarray | None) -> None:
-        """``a_class[pos]`` (BFS positions): units with the same blocks share ``A``."""
+    def _info_classes(self) -> None:
+        """``a_class[pos]`` (BFS positions): units with the same blocks and invariants share
+        ``A`` and the invariant rows ``E``."""
         f = self.forest
         n = f.n
-        pos = np.empty(n, dtype=np.int64)
-        pos[f.order] = np.arange(n)
-        members: list[list[int]] = [[] for _ in range(n)]
+        members: list[list] = [[] for _ in range(n)]
         for i, b in enumerate(self.blocks):
-            for v in pos[b.nodes]:
+            for v in self._pos[b.nodes]:
                 members[v].append(i)
+        inv_of = np.full(n, -1, dtype=np.int64)
+        for i, b in enumerate(self.invariants):
+            pos = self._pos[b.nodes]
+            if np.any(inv_of[pos] >= 0):
+                v = int(f.order[pos[inv_of[pos] >= 0][0]])
+                raise ValueError(f"TreeGLS: unit {v} is in two invariant blocks; stack their rows")
+            inv_of[pos] = i
+        self._inv_of = inv_of
+        leaf = ~f.is_internal[f.order]
         infos = [b.info for b in self.blocks]
         keys: dict[tuple, int] = {}
-        mats: list[np.ndarray] = []
+        self._A: list[np.ndarray] = []
+        self._E: list[np.ndarray | None] = []
         a_class = np.empty(n, dtype=np.int64)
         for p in range(n):
-            key = tuple(members[p])
-            if extra is not None:
-                key = key + (("extra", p),)   # a proximal term makes every unit its own class
+            key = (tuple(members[p]), int(inv_of[p]), bool(leaf[p] and self.prox > 0))
             c = keys.get(key)
             if c is None:
                 A = np.zeros((self.k, self.k))
                 for i in members[p]:
                     A += infos[i]
-                if extra is not None:
-                    A[np.diag_indices(self.k)] += extra[f.order[p]]
-                c = keys[key] = len(mats)
-                mats.append(A)
+                if key[2]:
+                    A[np.diag_indices(self.k)] += self.prox
+                c = keys[key] = len(self._A)
+                self._A.append(A)
+                self._E.append(self.invariants[key[1]].E if key[1] >= 0 else None)
             a_class[p] = c
-        self._A = mats
         self._a_class = a_class
 
     def _factor(self) -> None:
@@ -147,10 +179,11 @@ class TreeGLS:
         n = f.n
         self._p_class = np.empty(n, dtype=np.int64)
         self._P: list[np.ndarray] = []          # per P-class: P_v
-        self._T: list[np.ndarray | None] = []   # per P-class: S_v^{-1} (None for a leaf)
-        self._G: list[np.ndarray | None] = []   # per P-class: P_v S_v^{-1}
+        self._T: list[np.ndarray | None] = []   # per P-class: S_v^+ (None for a leaf)
+        self._G: list[np.ndarray | None] = []   # per P-class: (S_v A_v + I)^{-1}
+        self._K: list[np.ndarray | None] = []   # per P-class: the invariant's gain
         keys: dict[tuple, int] = {}
-        child_key = np.zeros(n, dtype=object)
+        child_key = np.empty(n, dtype=object)
         for p in range(n):
             child_key[p] = ()
         for d in range(f.n_levels - 1, 0, -1):
@@ -172,29 +205,43 @@ class TreeGLS:
             self._p_class[p] = c
 
     def _new_class(self, key: tuple, p: int) -> None:
-        A = self._A[key[0]]
+        """``P``, ``S^+``, ``G`` and the invariant's gain ``K`` of one class.
+
+        Fusion in covariance form, ``P = S (A S + I)^{-1}`` and ``m = P b + (S A + I)^{-1} m_s``
+        (equal to the information form when ``S`` is invertible, and still exact when
+        invariants below make it singular: ``A S + I`` is always invertible).  An invariant
+        ``E x = e`` then conditions the estimate, ``K = P E^T (E P E^T)^+``,
+        ``m <- m + K (e - E m)``, ``P <- P - K E P``."""
+        A, E = self._A[key[0]], self._E[key[0]]
         kids = key[1]
+        k = self.k
         if not kids:
             try:
                 L = np.linalg.cholesky(A)
             except np.linalg.LinAlgError:
                 rank = int(np.linalg.matrix_rank(A))
                 raise ValueError(f"TreeGLS: leaf {int(self.forest.order[p])} is measured on a rank "
-                                 f"{rank} subspace of its {self.k} cells: every leaf needs "
+                                 f"{rank} subspace of its {k} cells: every leaf needs "
                                  f"measurements that determine its histogram") from None
             Li = np.linalg.inv(L)
-            self._P.append(Li.T @ Li)
-            self._T.append(None)
-            self._G.append(None)
-            return
-        S = np.zeros((self.k, self.k))
-        for c in kids:
-            S += self._P[c]
-        T = _spd_inverse(S)
-        P = _spd_inverse(A + T)
+            P, T, G = Li.T @ Li, None, None
+        else:
+            S = np.zeros((k, k))
+            for c in kids:
+                S += self._P[c]
+            I = np.eye(k)
+            P = _sym(S @ np.linalg.inv(A @ S + I))
+            G = np.linalg.inv(S @ A + I)
+            T = _pinv_psd(S)
+        K = None
+        if E is not None:
+            M = E @ P @ E.T
+            K = P @ E.T @ _pinv_psd(M)
+            P = _sym(P - K @ E @ P)
         self._P.append(P)
         self._T.append(T)
-        self._G.append(P @ T)
+        self._G.append(G)
+        self._K.append(K)
 
     # ------------------------------------------------------------------ solves
     def rhs(self) -> np.ndarray:
@@ -218,13 +265,54 @@ class TreeGLS:
     def _upward(self, bb: np.ndarray) -> np.ndarray:
         f = self.forest
         m = _apply(self._P, self._p_class, bb, slice(0, f.n))
+        lo, hi = f.level_bounds[-2], f.level_bounds[-1]
+        self._condition(m, np.arange(lo, hi))
         for d in range(f.n_levels - 1, 0, -1):
             lo, hi = f.level_bounds[d], f.level_bounds[d + 1]
             parents, starts, _ = f.level_children(d)
             sums = np.add.reduceat(m[lo:hi], starts, axis=0)
             m[parents] += _apply(self._G, self._p_class[parents], sums)
             self._sums[d] = sums
+            # a level's leaves were conditioned above with the deepest ones; its parents now
+            self._condition(m, parents)
+            leaves = np.arange(f.level_bounds[d - 1], f.level_bounds[d])
+            leaves = leaves[~f.is_internal[f.order[leaves]]]
+            self._condition(m, leaves)
         return m
+
+    def _condition(self, m: np.ndarray, rows: np.ndarray) -> None:
+        """``m <- m + K (e - E m)`` at the rows (BFS positions) with an invariant."""
+        if not self.invariants or rows.size == 0:
+            return
+        inv = self._inv_of[rows]
+        for i in np.unique(inv[inv >= 0]):
+            sel = rows[inv == i]
+            blk = self.invariants[int(i)]
+            e = blk.e[self._rows_of(blk, sel)]
+            m[sel] += self._gain(sel, e - m[sel] @ blk.E.T)
+            # an invariant the invariants below already fix can only be met if it agrees
+            left = np.abs(e - m[sel] @ blk.E.T)
+            scale = 1.0 + np.abs(e) + np.abs(m[sel]) @ np.abs(blk.E.T)
+            bad = left > _INVARIANT_TOL * scale
+            if bad.any():
+                r, q = np.argwhere(bad)[0]
+                raise ValueError(f"TreeGLS: the invariants contradict at unit "
+                                 f"{int(self.forest.order[sel[r]])} (row {q}): {e[r, q]:.10g} "
+                                 f"against {e[r, q] - left[r, q]:.10g} from the invariants below it")
+
+    def _rows_of(self, blk: Invariant, sel: np.ndarray) -> np.ndarray:
+        """Rows of ``blk.e`` for the BFS positions ``sel``."""
+        where = {int(v): i for i, v in enumerate(blk.nodes)}
+        return np.array([where[int(v)] for v in self.forest.order[sel]], dtype=np.int64)
+
+    def _gain(self, sel: np.ndarray, resid: np.ndarray) -> np.ndarray:
+        """``K_v resid_v`` for the positions ``sel`` (grouped by class)."""
+        out = np.empty((sel.size, self.k))
+        cls = self._p_class[sel]
+        for c in np.unique(cls):
+            rows = cls == c
+            out[rows] = resid[rows] @ self._K[int(c)].T
+        return out
 
     def _downward(self, m: np.ndarray) -> np.ndarray:
         f = self.forest
@@ -293,11 +381,22 @@ class TreeGLS:
         return cells, qvar
 
 
-def _spd_inverse(M: np.ndarray) -> np.ndarray:
-    """Inverse of a symmetric positive definite matrix (Cholesky), symmetrised."""
-    L = np.linalg.cholesky(M)
-    Li = np.linalg.inv(L)
-    return Li.T @ Li
+def _sym(M: np.ndarray) -> np.ndarray:
+    return 0.5 * (M + M.T)
+
+
+# an invariant left unmet by this much (relative) after conditioning contradicts the others
+_INVARIANT_TOL = 1e-8
+# eigenvalues of a covariance below this fraction of its largest are exact zeros (invariants)
+_PINV_TOL = 1e-11
+
+
+def _pinv_psd(M: np.ndarray) -> np.ndarray:
+    """Pseudo-inverse of a symmetric positive semidefinite matrix (eigenvalues below
+    ``_PINV_TOL`` of the largest are zeros: directions an invariant made exact)."""
+    w, V = np.linalg.eigh(_sym(M))
+    big = w > _PINV_TOL * max(float(w.max(initial=0.0)), 1e-300)
+    return (V[:, big] / w[big]) @ V[:, big].T
 
 
 def _apply(mats: list, classes: np.ndarray, vecs: np.ndarray, rows: slice | None = None) -> np.ndarray:
