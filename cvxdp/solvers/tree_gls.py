@@ -243,6 +243,20 @@ class TreeGLS:
         self._G.append(G)
         self._K.append(K)
 
+    def leaf_curvature(self) -> float:
+        """The median curvature of a leaf cell as a function of the leaves (the diagonal of
+        the information on its own and on every ancestor's histogram: a leaf cell enters each
+        of them), a scale for proximal terms."""
+        f = self.forest
+        diag = np.array([np.diag(A) for A in self._A])[self._a_class]     # BFS positions
+        for d in range(1, f.n_levels):
+            lo, hi = f.level_bounds[d], f.level_bounds[d + 1]
+            parents, _, sizes = f.level_children(d)
+            diag[lo:hi] += np.repeat(diag[parents], sizes, axis=0)
+        leaf = diag[~f.is_internal[f.order]]
+        leaf = leaf[leaf > 0]
+        return float(np.median(leaf)) if leaf.size else 1.0
+
     # ------------------------------------------------------------------ solves
     def rhs(self) -> np.ndarray:
         """``b_v = sum Q^T diag(w) y_v`` of the blocks, ``(n, k)`` in original unit order."""
