@@ -12,7 +12,7 @@ import cvxpy as _cp
 
 from . import analysis, fitness, mechanisms, synth, workloads
 from .atoms import privacy_cost, query_variance
-from .constraints import TreeConsistent, consistent, ordered
+from .constraints import HierarchicalHistogram, TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve
 from .domain import Domain
 from .graphical_model import GraphicalModel
@@ -26,7 +26,7 @@ from .rounding import round_consistent
 
 __version__ = "0.1.0"
 
-__all__ = ["ADMM", "METHODS", "NEWTON_CG", "MIRROR_DESCENT", "Domain", "GraphicalModel",
+__all__ = ["ADMM", "HierarchicalHistogram", "METHODS", "NEWTON_CG", "MIRROR_DESCENT", "Domain", "GraphicalModel",
            "LocalPolytope", "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "round_consistent", "solve", "synth",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import cvxpy as cp
 from cvxpy.constraints import Equality, Inequality
 
-__all__ = ["TreeConsistent", "consistent", "ordered"]
+__all__ = ["HierarchicalHistogram", "TreeConsistent", "consistent", "ordered"]
 
 
 class TreeConsistent(Equality):
@@ -31,6 +31,45 @@ class TreeConsistent(Equality):
 
     def __repr__(self) -> str:
         return f"TreeConsistent({self.args[0]!r} == 0)"
+
+
+class HierarchicalHistogram(Equality):
+    """A histogram at every unit of a geography, each the sum of its children's:
+    ``HierarchicalHistogram(geography, X)`` with ``X`` of shape ``(n_units, k)`` (one row per
+    unit, one column per cell; ``(n_units,)`` for one count per unit) is ``C @ X == 0``,
+    ``C = geography.consistency`` acting on every cell column.
+
+    An ordinary :class:`cvxpy.constraints.Equality` (standard solvers see the sparse
+    equality; its dual has one multiplier per inner unit and cell, cvxpy's sign), and the
+    plain spelling ``geography.consistency @ X == 0`` is recognised the same way by
+    ``cvxdp.ADMM``: with squared losses whose rows each read one unit's cells, exact
+    invariants and ``X >= 0`` it runs the exact tree GLS or the tree ADMM
+    (:mod:`cvxdp.solvers.histogram_tree`).
+    """
+
+    def __init__(self, geography, X, *args, constr_id=None) -> None:
+        if hasattr(geography, "consistency"):          # HierarchicalHistogram(geography, X)
+            geo = geography
+            C = geo.consistency
+            X = X if isinstance(X, cp.Expression) else cp.Constant(X)
+            n = C.shape[1]
+            if X.ndim not in (1, 2) or X.shape[0] != n:
+                raise ValueError(f"HierarchicalHistogram: X must have one row per unit ({n}), "
+                                 f"got shape {X.shape}")
+            lhs, rhs = C @ X, cp.Constant(0.0)
+        else:                                          # cvxpy rebuilding (lhs, rhs, geo, id)
+            lhs, rhs = geography, X
+            geo = args[0] if args else None
+            constr_id = args[1] if len(args) > 1 else constr_id
+        cast = cp.Expression.cast_to_const
+        super().__init__(cast(lhs), cast(rhs), constr_id)
+        self.geography = geo
+
+    def get_data(self):
+        return [self.geography, self.id]
+
+    def __repr__(self) -> str:
+        return f"HierarchicalHistogram({self.args[0]!r} == 0)"
 
 
 def consistent(hierarchy, x: cp.Expression) -> TreeConsistent:

@@ -83,7 +83,9 @@ def recognise(problem: cp.Problem) -> Extraction:
     # works in node space with the O(n) tree projection instead of factorizing M^T M.
     lift = forest_from_queries(M) if chains is None and M.nnz > M.shape[0] else None
     ext.data = ConsistencyData(n=n, M=M, y=y, w1=w1, w2=w2, lower=lower, upper=upper,
-                               A=A, b=b, chains=chains, constant=constant, lift=lift)
+                               A=A, b=b, chains=chains, constant=constant, lift=lift,
+                               shape=variables[0].shape if len(variables) == 1
+                               and len(variables[0].shape) == 2 else None)
     return ext
 
 

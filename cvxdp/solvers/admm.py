@@ -38,6 +38,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from . import histogram_tree
 from . import result as R
 from ._table import IterationTable
 from .admm_certify import certify
@@ -77,6 +78,13 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
     """Solve ``data`` by ADMM.  ``x0`` (e.g. ``Variable.value``) and/or a previous
     ``state`` warm-start the iteration."""
     settings = settings or ADMMSettings()
+    tree = histogram_tree.detect(data, data.shape)
+    if tree is not None:
+        res = histogram_tree.solve(tree, eps_rel=settings.eps_rel, max_iters=settings.max_iters,
+                                   time_limit=settings.time_limit, verbose=settings.verbose,
+                                   callback=settings.callback)
+        if res is not None:
+            return res
     if data.lift is not None and not data.has_chains:
         return _solve_lifted(data, settings, x0, state)
     t0 = time.perf_counter()

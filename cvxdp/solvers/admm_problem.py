@@ -40,6 +40,7 @@ class ConsistencyData:
     constant: float = 0.0
     forest_hint: Any = None          # (Forest, row_parent, row_scale) when known
     lift: Any = None                 # tree.TreeQueries when M is a hierarchy's query matrix
+    shape: tuple | None = None       # (units, cells) when x is one (n, k) variable
     _separable: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def objective(self, x: np.ndarray) -> float:

@@ -22,7 +22,10 @@ a feasible point, ``f`` evaluated on it.  *Dual*: for ``lam >= 0``, weak duality
 
 one unconstrained GLS solve with ``lam`` added to the leaves' linear terms;
 ``lam = max(0, -rho u)`` (at a solution ``grad f = lam`` on the leaves and ``u = -lam / rho``).
-The run stops when ``(f(z) - bound) / max(1, f(z)) <= eps_rel``.
+The run stops when ``(f(z) - bound) / max(1, f(z)) <= eps_rel``.  The best bound's ``lam`` is
+returned (``duals["nonneg"]``, leaves in ascending order) with its minimiser
+(``info["bound_point"]``), at which the Lagrangian is stationary: the caller reads the
+consistency multipliers off it.
 """
 from __future__ import annotations
 
@@ -87,6 +90,7 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
     table.header(f"cvxdp ADMM, non-negative GLS on a tree: {forest.n} units x {k} cells, "
                  f"{leaves.size} leaves, rho {rho:.3g}")
     best_f, best_z, lower, history = math.inf, z, -math.inf, []
+    best_dual = None
     status, it = None, 0
     for it in range(1, s.max_iters + 1):
         b = b0.copy()
@@ -103,7 +107,10 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
         f = objective(blocks, _aggregate(forest, z, k))
         if f < best_f:
             best_f, best_z = f, z.copy()
-        lower = max(lower, _bound(exact, blocks, b0, leaves, np.maximum(-rho * u, 0.0)))
+        lam = np.maximum(-rho * u, 0.0)
+        bound, x_lam = _bound(exact, blocks, b0, leaves, lam)
+        if bound > lower:
+            lower, best_dual = bound, (lam, x_lam)
         gap = R.relative_gap(best_f, lower)
         row = {"iter": it, "objective": best_f, "lower bnd": lower, "rel gap": gap, "pri res": r_p,
                "rho": rho, "time [s]": time.perf_counter() - t0}
@@ -123,9 +130,10 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
                  f"{it} iterations, {time.perf_counter() - t0:.2f} s")
     return R.SolverResult(
         x=x, status=status, objective=best_f, lower_bound=lower, gap=R.relative_gap(best_f, lower),
-        duals={"nonneg": np.maximum(-rho * u, 0.0)}, iterations=it, primal_residual=0.0,
-        setup_time=setup, solve_time=time.perf_counter() - t0 - setup, history=history,
-        info={"rho": rho}, state={"shape": (leaves.size, k), "z": z, "u": u, "rho": rho})
+        duals={} if best_dual is None else {"nonneg": best_dual[0]}, iterations=it,
+        primal_residual=0.0, setup_time=setup, solve_time=time.perf_counter() - t0 - setup,
+        history=history, info={"rho": rho, "bound_point": None if best_dual is None else best_dual[1]},
+        state={"shape": (leaves.size, k), "z": z, "u": u, "rho": rho})
 
 
 def _aggregate(forest: Forest, z: np.ndarray, k: int) -> np.ndarray:
@@ -140,9 +148,9 @@ def _aggregate(forest: Forest, z: np.ndarray, k: int) -> np.ndarray:
 
 
 def _bound(exact: TreeGLS, blocks: Sequence[Block], b0: np.ndarray, leaves: np.ndarray,
-           lam: np.ndarray) -> float:
-    """``min_{x consistent} f(x) - lam^T x_leaf`` (module docstring)."""
+           lam: np.ndarray) -> tuple[float, np.ndarray]:
+    """``min_{x consistent} f(x) - lam^T x_leaf`` (module docstring) and its minimiser."""
     b = b0.copy()
     b[leaves] += lam
     x = exact.solve(b)
-    return objective(blocks, x) - float(np.sum(lam * x[leaves]))
+    return objective(blocks, x) - float(np.sum(lam * x[leaves])), x
