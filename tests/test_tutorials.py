@@ -22,6 +22,7 @@ CASES = {
     "05_constrained_inference.py": ["constrained_tree_consistency.png",
                                     "constrained_sorted_histogram.png",
                                     "constrained_kgram_estimators.png"],
+    "06_national_hierarchy.py": ["national_error_by_level.png"],
 }
 # what each tutorial must print besides the "relative objective gap" line (cvxdp method vs reference)
 EXPECTED_OUTPUT = {
@@ -30,6 +31,7 @@ EXPECTED_OUTPUT = {
                                 "unmeasured three-way marginals"],
     "04_fitness_for_use.py": ["same seed, same answers: True", "solved by CVXDP_NEWTON_CG"],
     "05_constrained_inference.py": ["extra_stats['info']['splitting'] = 'separable/tree'"],  # k-gram forest
+    "06_national_hierarchy.py": ["histogram tree GLS", "every parent = sum of children: True"],
 }
 
 

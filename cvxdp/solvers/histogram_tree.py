@@ -82,43 +82,60 @@ def detect(data, shape: tuple[int, int] | None) -> HistogramTree | None:
         return None
     tree = HistogramTree(forest, n, k, blocks, invariants, nonneg, rows, units, cells, signs,
                          A.shape[0])
-    return tree if _leaves_determined(tree) else None
+    return tree
+
+
+def _row_stats(M: sp.csr_matrix, n: int):
+    """Per row of ``M`` (no empty rows): ``(unit, cell_lo, cell_hi, unit_hi)`` of its entries
+    (``unit = column % n``, ``cell = column // n``)."""
+    starts = M.indptr[:-1]
+    unit = M.indices % n
+    cell = M.indices // n
+    return (np.minimum.reduceat(unit, starts), np.minimum.reduceat(cell, starts),
+            np.maximum.reduceat(cell, starts), np.maximum.reduceat(unit, starts))
 
 
 def _consistency_rows(A: sp.csr_matrix, b: np.ndarray, n: int, k: int):
-    """Rows ``x_p - sum_c x_c = 0`` within one cell column, the same parents in every
-    column: ``(parent, rows, parent unit, cell)`` or ``None``."""
-    indptr, idx, val = A.indptr, A.indices, A.data
+    """Rows ``x_p - sum_c x_c = 0`` (or its negative) within one cell column, the same
+    children in every column: ``(parent, rows, parent unit, cell, sign)`` or ``None``."""
+    nnz = np.diff(A.indptr)
+    if A.nnz == 0 or np.any(nnz == 0):
+        return None
+    starts = A.indptr[:-1]
+    plus = np.add.reduceat((A.data == 1).astype(np.int64), starts)
+    minus = np.add.reduceat((A.data == -1).astype(np.int64), starts)
+    _, clo, chi, _ = _row_stats(A, n)
+    sign = np.where(plus == 1, 1.0, -1.0)
+    ok = (b == 0) & (nnz >= 2) & (clo == chi) & (plus + minus == nnz) & \
+        (((plus == 1) & (minus == nnz - 1)) | ((minus == 1) & (plus == nnz - 1)))
+    rows = np.flatnonzero(ok)
+    if rows.size == 0:
+        return None
+    entry_row = np.repeat(np.arange(A.shape[0]), nnz)
+    entry_sign = sign[entry_row]
+    is_head = A.data == entry_sign
+    sel = ok[entry_row]
+    head_entries = sel & is_head
+    kid_entries = sel & ~is_head
+    head_unit = np.full(A.shape[0], -1, dtype=np.int64)
+    head_unit[entry_row[head_entries]] = A.indices[head_entries] % n
+    kids_unit = A.indices[kid_entries] % n
+    kids_parent = head_unit[entry_row[kid_entries]]
+    key = np.unique(kids_unit * n + kids_parent)
+    pairs = np.stack([key // n, key % n], axis=1)
+    if np.unique(pairs[:, 0]).size != pairs.shape[0]:
+        return None                  # a unit under two parents
     parent = np.full(n, -1, dtype=np.int64)
-    seen: set[tuple[int, int]] = set()
-    rows, units, cells, signs = [], [], [], []
-    children: dict[int, tuple] = {}
-    for r in range(A.shape[0]):
-        cols, vals = idx[indptr[r]:indptr[r + 1]], val[indptr[r]:indptr[r + 1]]
-        if b[r] != 0 or cols.size < 2:
-            continue
-        sign = 1.0 if np.count_nonzero(vals == 1) == 1 else -1.0
-        if np.count_nonzero(vals == sign) != 1 or np.count_nonzero(vals == -sign) != cols.size - 1:
-            continue
-        cell = cols // n
-        if np.any(cell != cell[0]):
-            continue
-        head = int(cols[vals == sign][0] % n)
-        kids = tuple(sorted(int(c) for c in cols[vals == -sign] % n))
-        if children.setdefault(head, kids) != kids or (head, int(cell[0])) in seen:
-            return None
-        seen.add((head, int(cell[0])))
-        rows.append(r)
-        units.append(head)
-        cells.append(int(cell[0]))
-        signs.append(sign)
-    if not children or len(seen) != len(children) * k:
-        return None                  # some parent is not consistent in every cell column
-    for head, kids in children.items():
-        if np.any(parent[list(kids)] >= 0):
-            return None
-        parent[list(kids)] = head
-    return parent, np.array(rows), np.array(units), np.array(cells), np.array(signs)
+    parent[pairs[:, 0]] = pairs[:, 1]
+    heads = head_unit[rows]
+    cells = clo[rows]
+    hc = np.unique(heads * k + cells)
+    n_heads = np.unique(heads).size
+    n_kids = np.bincount(pairs[:, 1], minlength=n)
+    # every parent in every cell column, once, with all of its children each time
+    if hc.size != rows.size or rows.size != n_heads * k or kids_unit.size != int(n_kids.sum()) * k:
+        return None
+    return parent, rows, heads, cells, sign[rows]
 
 
 def _nonneg(lower: np.ndarray, forest: Forest, n: int, k: int) -> bool | None:
@@ -132,50 +149,62 @@ def _nonneg(lower: np.ndarray, forest: Forest, n: int, k: int) -> bool | None:
     return bool(np.all(lo[forest.leaves] == 0))
 
 
+def _row_ids(T: np.ndarray) -> np.ndarray:
+    """An id per row of ``T`` (equal rows, equal ids; ``0 ..``), by one lexicographic sort."""
+    if T.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(T.T[::-1])
+    new = np.r_[True, np.any(T[order][1:] != T[order][:-1], axis=1)]
+    ids = np.empty(T.shape[0], dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
+
+
 def _row_groups(M, y: np.ndarray, n: int, k: int, kind, w: np.ndarray | None = None):
-    """Rows reading one unit's cells, grouped into blocks of units with equal rows."""
+    """Rows reading one unit's cells, grouped into blocks of units with the same rows (same
+    cells, coefficients and weights, in the same order); ``None`` if a row reads several
+    units.  Rows are told apart by random projections of their coefficients (a collision
+    would need two different rows to agree on three independent random sums)."""
     M = sp.csr_matrix(M)
-    per_unit: dict[int, list[int]] = {}
-    for r in range(M.shape[0]):
-        cols = M.indices[M.indptr[r]:M.indptr[r + 1]]
-        if cols.size == 0:
-            return None
-        unit = cols % n
-        if np.any(unit != unit[0]):
-            return None
-        per_unit.setdefault(int(unit[0]), []).append(r)
-    groups: dict[bytes, list] = {}
-    for unit, rs in per_unit.items():
-        Q = np.zeros((len(rs), k))
-        for i, r in enumerate(rs):
-            cols = M.indices[M.indptr[r]:M.indptr[r + 1]]
-            Q[i, cols // n] = M.data[M.indptr[r]:M.indptr[r + 1]]
-        ww = None if w is None else w[rs]
-        key = Q.tobytes() + (b"" if ww is None else ww.tobytes())
-        g = groups.setdefault(key, [Q, ww, [], []])
-        g[2].append(unit)
-        g[3].append(y[rs])
+    if M.shape[0] == 0:
+        return []
+    if np.any(np.diff(M.indptr) == 0):
+        return None
+    unit, _, _, uhi = _row_stats(M, n)
+    if np.any(unit != uhi):
+        return None
+    rng = np.random.default_rng(12345)
+    proj = rng.standard_normal((3, k))
+    cell = M.indices // n
+    starts = M.indptr[:-1]
+    sig = [np.add.reduceat(M.data * proj[i][cell], starts) for i in range(3)]
+    sig.append(np.diff(M.indptr).astype(float))
+    if w is not None:
+        sig.append(np.asarray(w, dtype=float))
+    pattern = _row_ids(np.round(np.stack(sig, axis=1), 12))
+    order = np.argsort(unit, kind="stable")
+    units_sorted = unit[order]
+    bounds = np.flatnonzero(np.r_[True, units_sorted[1:] != units_sorted[:-1], True])
+    counts = np.diff(bounds)
     out = []
-    for Q, ww, units, ys in groups.values():
-        if kind is Block:
-            out.append(Block(np.array(units), Q, ww, np.array(ys)))
-        else:
-            out.append(Invariant(np.array(units), Q, np.array(ys)))
+    for m in np.unique(counts):
+        which = np.flatnonzero(counts == m)
+        rows = order[bounds[which][:, None] + np.arange(m)[None, :]]      # (units, m)
+        group = _row_ids(pattern[rows])
+        for g in range(int(group.max()) + 1):
+            rs = rows[group == g]
+            first = rs[0]
+            Q = np.zeros((m, k))
+            for i, r in enumerate(first):
+                lo, hi = M.indptr[r], M.indptr[r + 1]
+                Q[i, cell[lo:hi]] = M.data[lo:hi]
+            units = unit[rs[:, 0]]
+            ys = y[rs]
+            if kind is Block:
+                out.append(Block(units, Q, np.asarray(w)[first], ys))
+            else:
+                out.append(Invariant(units, Q, ys))
     return out
-
-
-def _leaves_determined(tree: HistogramTree) -> bool:
-    info = np.zeros((tree.n_units, tree.k, tree.k))
-    leaf = np.zeros(tree.n_units, dtype=bool)
-    leaf[tree.forest.leaves] = True
-    for b in tree.blocks:
-        sel = leaf[b.nodes]
-        if sel.any():
-            np.add.at(info, b.nodes[sel], b.info)
-    for v in tree.forest.leaves:
-        if np.linalg.matrix_rank(info[v]) < tree.k:
-            return False
-    return True
 
 
 def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: float,
@@ -185,13 +214,19 @@ def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: fl
     if tree.nonneg:
         if tree.invariants:
             return None            # the tree ADMM has no invariants yet: the general path runs
-        res = solve_nonneg(f, k, tree.blocks, NonnegSettings(
-            eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit, verbose=verbose,
-            callback=callback))
+        try:
+            res = solve_nonneg(f, k, tree.blocks, NonnegSettings(
+                eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit, verbose=verbose,
+                callback=callback))
+        except ValueError:       # a leaf not determined by its measurements
+            return None
         X = res.x
     else:
-        g = TreeGLS(f, k, tree.blocks, tree.invariants)
-        X = g.solve()
+        try:
+            g = TreeGLS(f, k, tree.blocks, tree.invariants)
+            X = g.solve()
+        except ValueError:       # a leaf not determined, or contradicting invariants
+            return None
         fval = objective(tree.blocks, X)
         res = R.SolverResult(x=None, status=R.OPTIMAL, objective=fval, lower_bound=fval,
                              gap=0.0, iterations=1, info={"splitting": "tree GLS (exact)"})

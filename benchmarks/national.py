@@ -1,0 +1,212 @@
+"""Benchmark: national-scale hierarchies (issue 14), a histogram at every unit of a US-shaped tree.
+
+Synthetic geography: 1 nation, 51 states, about 3,100 counties and 85,000 tracts (counties per
+state and tracts per county drawn from Dirichlet-multinomials, so sizes are uneven as in the
+real ones); tract populations from a heavy-tailed (gamma) model spread over a 64-cell
+histogram (a Dirichlet mix per tract, so many cells are empty).  Each level is measured with
+the Gaussian mechanism under zCDP: the 64 cells and an 8-group marginal of them (a PL-94-like
+query pair), ``rho`` split equally over the four levels, ``sigma_level = sqrt(2 / (2 rho_level))``
+(each record adds one to one cell and one group: L2 sensitivity squared 2).
+
+Printed in one run, as each finishes:
+
+* exact GLS of the whole tree with per-cell and per-query variances
+  (:mod:`cvxdp.solvers.tree_gls`): time, peak memory;
+* non-negative GLS to a certified ``--eps`` gap (:mod:`cvxdp.solvers.tree_nonneg`);
+* consistent integer rounding of the non-negative solution (``cvxdp.round_consistent``);
+* accuracy per level: mean absolute error of the cells and of the group queries, for the noisy
+  answers, GLS, non-negative GLS and the integers;
+* the same problems written in cvxpy on one state's subtree (``--ref-state``; by default the
+  state whose subtree has about ``--ref-units`` units) solved by ``cvxdp.ADMM`` and by Clarabel,
+  and the rounding of that subtree against HiGHS's MIP: times, ratios, objective differences.
+
+``--fast`` shrinks the tree (5 states, 150 counties, 3,000 tracts) for a smoke run.
+
+Usage: ``python benchmarks/national.py [--fast] [--rho 1.0] [--eps 1e-4] [--seed 0] [--skip-ref]``
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import time
+
+import numpy as np
+import cvxpy as cp
+
+import cvxdp
+from cvxdp.solvers.tree_gls import Block, TreeGLS
+from cvxdp.solvers.tree_nonneg import NonnegSettings, objective, solve_nonneg
+
+K = 64
+GROUPS = 8
+LEVELS = ("nation", "state", "county", "tract")
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def us_geography(rng, states: int, counties: int, tracts: int) -> np.ndarray:
+    """Parent array: nation, states, counties, tracts (each at least one child)."""
+    c_per_s = rng.multinomial(counties - states, rng.dirichlet(np.full(states, 2.0))) + 1
+    t_per_c = rng.multinomial(tracts - counties, rng.dirichlet(np.full(counties, 1.0))) + 1
+    parent = [-1] + [0] * states
+    first_county = len(parent)
+    for s, c in enumerate(c_per_s):
+        parent += [1 + s] * int(c)
+    for c, t in enumerate(t_per_c):
+        parent += [first_county + c] * int(t)
+    return np.array(parent, dtype=np.int64)
+
+
+def population(rng, n_leaves: int) -> np.ndarray:
+    """Tract histograms: heavy-tailed totals spread over the cells by a sparse Dirichlet."""
+    totals = rng.gamma(0.6, 2500.0, n_leaves)
+    shares = rng.dirichlet(np.full(K, 0.15), n_leaves)
+    return rng.poisson(totals[:, None] * shares).astype(float)
+
+
+def measure(rng, geo, truth, rho: float):
+    Qg = np.kron(np.eye(GROUPS), np.ones((1, K // GROUPS)))
+    sigma = math.sqrt(2.0 / (2.0 * rho / len(LEVELS)))
+    blocks = []
+    for units in geo.levels:
+        blocks.append(Block(units, np.eye(K), 1 / sigma ** 2, truth[units] + rng.normal(0, sigma, (units.size, K))))
+        g = truth[units] @ Qg.T
+        blocks.append(Block(units, Qg, 1 / sigma ** 2, g + rng.normal(0, sigma, g.shape)))
+    return blocks, Qg, sigma
+
+
+def accuracy(geo, truth, est, Qg) -> list[str]:
+    out = []
+    for name, units in zip(LEVELS, geo.levels):
+        cells = np.abs(est[units] - truth[units]).mean()
+        groups = np.abs((est[units] - truth[units]) @ Qg.T).mean()
+        out.append(f"{name} {cells:7.3f} / {groups:7.3f}")
+    return out
+
+
+def subtree(geo, root: int) -> np.ndarray:
+    """Units below ``root`` (itself first), breadth first."""
+    out, frontier = [root], [root]
+    while frontier:
+        frontier = [int(c) for u in frontier for c in geo.children(u)]
+        out += frontier
+    return np.array(out)
+
+
+def reference(geo, truth, blocks, Qg, root: int, eps: float, emit) -> None:
+    """cvxdp.ADMM and Clarabel on the same cvxpy model of one subtree."""
+    units = subtree(geo, root)
+    local = {int(u): i for i, u in enumerate(units)}
+    parent = np.array([-1] + [local[int(geo.parent[u])] for u in units[1:]])
+    sub = cvxdp.workloads.geography(parent)
+    X = cp.Variable((units.size, K))
+    loss = 0
+    for b in blocks:
+        pos = np.flatnonzero(np.isin(b.nodes, units))
+        if pos.size == 0:
+            continue
+        rows = np.array([local[int(u)] for u in b.nodes[pos]])
+        loss = loss + cp.sum_squares(X[rows] @ b.Q.T - b.y[pos]) * (b.w[0] / 2)
+    for nonneg in (False, True):
+        cons = [cvxdp.HierarchicalHistogram(sub, X)] + ([X >= 0] if nonneg else [])
+        prob = cp.Problem(cp.Minimize(loss), cons)
+        t = time.perf_counter()
+        prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=eps)
+        t_ours, f_ours = time.perf_counter() - t, prob.value
+        t = time.perf_counter()
+        try:
+            prob.solve(solver=cp.CLARABEL)
+            t_ref, f_ref, st = time.perf_counter() - t, prob.value, prob.status
+        except cp.error.SolverError as exc:
+            t_ref, f_ref, st = time.perf_counter() - t, math.nan, f"error {exc}"
+        emit(f"  subtree of unit {root} ({units.size} units, {units.size * K:,} unknowns), "
+             f"{'x >= 0' if nonneg else 'GLS   '}: cvxdp {t_ours:7.2f} s | Clarabel {t_ref:7.2f} s ({st}) "
+             f"-> {t_ref / t_ours:5.1f}x; objective rel diff {(f_ours - f_ref) / abs(f_ref):+.1e}")
+
+
+def rounding_reference(geo, x, root: int, emit) -> None:
+    units = subtree(geo, root)
+    local = {int(u): i for i, u in enumerate(units)}
+    parent = np.array([-1] + [local[int(geo.parent[u])] for u in units[1:]])
+    xs = x[units]
+    t = time.perf_counter()
+    ours = cvxdp.round_consistent(parent, xs)
+    t_ours = time.perf_counter() - t
+    Z = cp.Variable(xs.shape, integer=True)
+    cons = [Z >= np.floor(xs), Z <= np.ceil(xs)]
+    for v in range(units.size):
+        kids = np.flatnonzero(parent == v)
+        if kids.size:
+            cons.append(Z[v] == cp.sum(Z[kids], axis=0))
+    prob = cp.Problem(cp.Minimize(cp.sum(cp.abs(Z - xs))), cons)
+    t = time.perf_counter()
+    prob.solve(solver=cp.HIGHS, time_limit=600)
+    t_ref = time.perf_counter() - t
+    emit(f"  rounding, subtree of unit {root} ({units.size} units): cvxdp {t_ours:.3f} s, L1 "
+         f"{np.abs(ours - xs).sum():.6f} | HiGHS MIP {t_ref:.2f} s ({prob.status}), L1 {prob.value:.6f} "
+         f"-> {t_ref / max(t_ours, 1e-9):.0f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fast", action="store_true")
+    ap.add_argument("--rho", type=float, default=1.0)
+    ap.add_argument("--eps", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-ref", action="store_true")
+    ap.add_argument("--ref-state", type=int, default=None)
+    ap.add_argument("--ref-units", type=int, default=1500,
+                    help="without --ref-state: the state whose subtree size is closest to this")
+    args = ap.parse_args()
+
+    def emit(line):
+        print(line, flush=True)
+
+    rng = np.random.default_rng(args.seed)
+    sizes = (5, 150, 3000) if args.fast else (51, 3100, 85000)
+    geo = cvxdp.workloads.geography(us_geography(rng, *sizes))
+    truth = geo.aggregate(population(rng, geo.leaves.size))
+    blocks, Qg, sigma = measure(rng, geo, truth, args.rho)
+    emit(f"US-shaped geography: {' / '.join(str(lv.size) for lv in geo.levels)} units "
+         f"({geo.n_nodes:,}), {K} cells each: {geo.n_nodes * K:,} unknowns; population "
+         f"{truth[0].sum():,.0f}; zCDP rho {args.rho} -> sigma {sigma:.3f} per level")
+    t = time.perf_counter()
+    g = TreeGLS(geo.forest, K, blocks)
+    x_gls = g.solve()
+    t_gls = time.perf_counter() - t
+    t = time.perf_counter()
+    cells_var, _ = g.variances()
+    t_var = time.perf_counter() - t
+    emit(f"exact GLS: {t_gls:.2f} s (solve), variances {t_var:.2f} s; peak RSS {rss_mb():.0f} MB; "
+         f"per-cell std by level: " + ", ".join(f"{np.sqrt(cells_var[u]).mean():.3f}" for u in geo.levels))
+    t = time.perf_counter()
+    res = solve_nonneg(geo.forest, K, blocks, NonnegSettings(eps_rel=args.eps))
+    t_nn = time.perf_counter() - t
+    emit(f"non-negative GLS (ADMM): {t_nn:.2f} s, {res.iterations} iterations, {res.status}, "
+         f"certified gap {res.gap:.1e}; peak RSS {rss_mb():.0f} MB")
+    t = time.perf_counter()
+    x_int = cvxdp.round_consistent(geo, res.x)
+    t_int = time.perf_counter() - t
+    emit(f"integer rounding: {t_int:.2f} s; L1 move {np.abs(x_int - res.x).sum():,.1f} over "
+         f"{res.x.size:,} entries; loss {objective(blocks, res.x):.6e} -> {objective(blocks, x_int):.6e}")
+    emit("accuracy, mean absolute error of cells / of the 8 group queries, by level:")
+    noisy = np.zeros_like(truth)
+    for b in blocks[::2]:
+        noisy[b.nodes] = b.y
+    for name, est in (("noisy", noisy), ("GLS", x_gls), ("GLS >= 0", res.x), ("integers", x_int)):
+        emit(f"  {name:9s} " + " | ".join(accuracy(geo, truth, est, Qg)))
+    if args.skip_ref:
+        return
+    states = geo.levels[1]
+    sizes_ = np.array([subtree(geo, int(s)).size for s in states])
+    root = int(args.ref_state if args.ref_state is not None
+               else states[np.argmin(np.abs(sizes_ - args.ref_units))])
+    reference(geo, truth, blocks, Qg, root, args.eps, emit)
+    rounding_reference(geo, res.x, root, emit)
+
+
+if __name__ == "__main__":
+    main()
