@@ -10,7 +10,7 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import analysis, fitness, mechanisms, synth, workloads
+from . import analysis, fitness, histograms, mechanisms, synth, workloads
 from .atoms import privacy_cost, query_variance
 from .constraints import HierarchicalHistogram, TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve
@@ -23,6 +23,8 @@ from .errors import NotRecognised
 from .losses import elastic_net, nll
 from .measurement import Measurement
 from .rounding import round_consistent
+from .histograms import HistogramMeasurement
+from .top_down import TopDownError, TopDownResult, topdown
 
 __version__ = "0.1.0"
 
@@ -30,7 +32,8 @@ __all__ = ["ADMM", "HierarchicalHistogram", "METHODS", "NEWTON_CG", "MIRROR_DESC
            "LocalPolytope", "MarginalPolytope", "ModelTooLarge", "Measurement", "analysis", "fitness", "fitness_problem",
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "round_consistent", "solve", "synth",
-           "workloads"]
+           "workloads", "histograms", "HistogramMeasurement", "topdown", "TopDownResult",
+           "TopDownError"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
 _cp.Problem.register_solve("cvxdp", solve)

@@ -169,3 +169,26 @@ def test_contradicting_invariants_are_refused():
     invs = [Invariant([0, 1, 2], np.ones((1, 2)), [[10.0], [4.0], [5.0]])]
     with pytest.raises(ValueError, match="invariants contradict at unit 0"):
         TreeGLS(geo.forest, 2, blocks, invs).solve()
+
+
+def test_public_gls_with_variances_and_invariants():
+    geo = cvxdp.workloads.geography({"US": {"PA": ["a", "b"], "NY": ["c", "d", "e"]}})
+    rng = np.random.default_rng(0)
+    truth = geo.aggregate(rng.poisson(4, (5, 3)).astype(float))
+    ms = [cvxdp.HistogramMeasurement(u, np.eye(3), truth[u] + rng.normal(0, 1, (u.size, 3)), 1.0)
+          for u in geo.levels]
+    ms.append(cvxdp.HistogramMeasurement(geo.internal, np.ones((1, 3)), truth[geo.internal].sum(1, keepdims=True), 0.5))
+    res = cvxdp.histograms.gls(geo, ms)
+    blocks = [m.block() for m in ms]
+    ref, covs = dense_reference(geo, 3, blocks)
+    np.testing.assert_allclose(res.x, ref, atol=1e-9)
+    np.testing.assert_allclose(res.cell_variance, [np.diag(C) for C in covs], atol=1e-12)
+    assert [q.shape for q in res.query_variance] == [(1, 3), (2, 3), (5, 3), (3, 1)]
+    pa = geo.index("PA")
+    fixed = cvxdp.histograms.gls(geo, ms, invariants={pa: (np.eye(3), truth[pa])})
+    np.testing.assert_allclose(fixed.x[pa], truth[pa], atol=1e-10)
+    np.testing.assert_allclose(fixed.cell_variance[pa], 0, atol=1e-10)
+    with pytest.raises(ValueError, match="leaf"):
+        cvxdp.histograms.gls(geo, ms[:2])
+    with pytest.raises(TypeError, match="geography"):
+        cvxdp.histograms.gls("US", ms)

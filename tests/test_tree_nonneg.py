@@ -72,3 +72,29 @@ def test_limits_give_an_honest_status():
     assert np.all(res.x >= 0)
     stop = solve_nonneg(geo.forest, k, blocks, NonnegSettings(eps_rel=1e-14, callback=lambda row: True))
     assert stop.status == "user_limit"
+
+
+def test_fixed_roots_children_problems_match_clarabel():
+    """The top-down children problem: a forest of two-level trees whose roots are fixed."""
+    from cvxdp.solvers.tree import Forest
+    from cvxdp.solvers.tree_gls import Invariant
+    rng = np.random.default_rng(7)
+    parent = np.array([-1, -1, -1] + [0] * 4 + [1] * 3 + [2] * 5)
+    kids, k = np.arange(3, parent.size), 3
+    y = rng.poisson(0.5, (kids.size, k)) + rng.normal(0, 1, (kids.size, k))
+    roots = np.abs(rng.normal(2, 1, (3, k)))
+    res = solve_nonneg(Forest(parent), k, [Block(kids, np.eye(k), 1.0, y)], NonnegSettings(eps_rel=1e-9),
+                       fixed_roots=Invariant([0, 1, 2], np.eye(k), roots))
+    X = cp.Variable((kids.size, k), nonneg=True)
+    cons = [cp.sum(X[parent[kids] == r], axis=0) == roots[r] for r in range(3)]
+    ref = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(X - y)), cons)
+    ref.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
+    assert res.status == "optimal" and res.objective == pytest.approx(ref.value, rel=1e-7)
+    np.testing.assert_allclose(res.x[:3], roots, atol=1e-12)
+    assert np.all(res.x >= 0)
+    with pytest.raises(ValueError, match="must be roots"):
+        solve_nonneg(Forest(parent), k, [Block(kids, np.eye(k), 1.0, y)],
+                     fixed_roots=Invariant([3], np.eye(k), roots[:1]))
+    with pytest.raises(ValueError, match="E = I"):
+        solve_nonneg(Forest(parent), k, [Block(kids, np.eye(k), 1.0, y)],
+                     fixed_roots=Invariant([0], np.ones((1, k)), [[1.0]]))

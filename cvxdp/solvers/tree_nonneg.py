@@ -39,7 +39,7 @@ import numpy as np
 from . import result as R
 from ._table import IterationTable
 from .tree import Forest
-from .tree_gls import Block, TreeGLS
+from .tree_gls import Block, Invariant, TreeGLS
 
 __all__ = ["NonnegSettings", "solve_nonneg", "objective"]
 
@@ -70,11 +70,18 @@ def objective(blocks: Sequence[Block], x: np.ndarray) -> float:
 
 
 def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
-                 settings: NonnegSettings | None = None, *, state: dict | None = None) -> R.SolverResult:
-    """The ADMM of the module docstring; ``state`` (a previous result's) warm-starts."""
+                 settings: NonnegSettings | None = None, *, state: dict | None = None,
+                 fixed_roots: Invariant | None = None) -> R.SolverResult:
+    """The ADMM of the module docstring; ``state`` (a previous result's) warm-starts.
+
+    ``fixed_roots``: whole root histograms known exactly (an :class:`Invariant` with
+    ``E = I`` at roots, non-negative values) -- the children problem of a top-down estimate,
+    where the parent's estimate is fixed.  The ADMM's solves then meet them, and the primal
+    point scales the leaves below each fixed root, cell by cell, to its value."""
     s = settings or NonnegSettings()
     t0 = time.perf_counter()
-    exact = TreeGLS(forest, k, blocks)
+    invs = _check_fixed_roots(forest, k, fixed_roots)
+    exact = TreeGLS(forest, k, blocks, invs)
     leaves = forest.leaves
     rho = s.rho if s.rho is not None else exact.leaf_curvature()
     if state and state.get("shape") == (leaves.size, k) and state.get("rho") is not None:
@@ -83,7 +90,8 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
     else:
         z = np.maximum(exact.solve()[leaves], 0.0)
         u = np.zeros_like(z)
-    prox = TreeGLS(forest, k, blocks, prox=rho)
+    prox = TreeGLS(forest, k, blocks, invs, prox=rho)
+    rescale = _RootScaling(forest, fixed_roots) if fixed_roots is not None else None
     b0 = exact.rhs()
     setup = time.perf_counter() - t0
     table = IterationTable(_COLUMNS, s.verbose)
@@ -104,9 +112,10 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
         z = z_new
         if it % s.check_every and it < s.max_iters:
             continue
-        f = objective(blocks, _aggregate(forest, z, k))
+        zf = z if rescale is None else rescale(z)
+        f = objective(blocks, _aggregate(forest, zf, k))
         if f < best_f:
-            best_f, best_z = f, z.copy()
+            best_f, best_z = f, zf
         lam = np.maximum(-rho * u, 0.0)
         bound, x_lam = _bound(exact, blocks, b0, leaves, lam)
         if bound > lower:
@@ -134,6 +143,49 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
         primal_residual=0.0, setup_time=setup, solve_time=time.perf_counter() - t0 - setup,
         history=history, info={"rho": rho, "bound_point": None if best_dual is None else best_dual[1]},
         state={"shape": (leaves.size, k), "z": z, "u": u, "rho": rho})
+
+
+def _check_fixed_roots(forest: Forest, k: int, fixed: Invariant | None) -> list[Invariant]:
+    if fixed is None:
+        return []
+    if not np.array_equal(fixed.E, np.eye(k)):
+        raise ValueError("solve_nonneg: fixed_roots must fix whole histograms (E = I)")
+    if np.any(forest.parent[fixed.nodes] >= 0):
+        raise ValueError("solve_nonneg: fixed_roots must be roots")
+    if np.any(fixed.e < 0):
+        raise ValueError("solve_nonneg: a fixed root histogram is negative: no non-negative "
+                         "leaves add up to it")
+    return [fixed]
+
+
+class _RootScaling:
+    """Leaves scaled, cell by cell, so that each fixed root's subtree sums to its value (a
+    cell with nothing below it gets the value spread evenly over its leaves)."""
+
+    def __init__(self, forest: Forest, fixed: Invariant) -> None:
+        leaves = forest.leaves
+        root_of = np.arange(forest.n)
+        for d in range(1, forest.n_levels):
+            lo, hi = forest.level_bounds[d], forest.level_bounds[d + 1]
+            units = forest.order[lo:hi]
+            root_of[units] = root_of[forest.parent[units]]
+        row = np.full(forest.n, -1)
+        row[fixed.nodes] = np.arange(fixed.nodes.size)
+        self.group = row[root_of[leaves]]                 # fixed root of each leaf (or -1)
+        self.target = fixed.e
+        self.count = np.bincount(self.group[self.group >= 0], minlength=fixed.nodes.size)
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        out = z.copy()
+        sel = self.group >= 0
+        g = self.group[sel]
+        sums = np.zeros_like(self.target)
+        np.add.at(sums, g, z[sel])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(sums > 0, self.target / np.where(sums > 0, sums, 1.0), 0.0)
+        even = np.where(sums > 0, 0.0, self.target / np.maximum(self.count, 1)[:, None])
+        out[sel] = z[sel] * ratio[g] + even[g]
+        return out
 
 
 def _aggregate(forest: Forest, z: np.ndarray, k: int) -> np.ndarray:
