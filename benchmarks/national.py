@@ -14,6 +14,8 @@ Printed in one run, as each finishes:
   (:mod:`cvxdp.solvers.tree_gls`): time, peak memory;
 * non-negative GLS to a certified ``--eps`` gap (:mod:`cvxdp.solvers.tree_nonneg`);
 * consistent integer rounding of the non-negative solution (``cvxdp.round_consistent``);
+* the Census-style top-down estimate (``cvxdp.topdown``, non-negative), in this process and on a
+  Dask LocalCluster with 1 and 2 workers (per-level times, the same bits or not);
 * accuracy per level: mean absolute error of the cells and of the group queries, for the noisy
   answers, GLS, non-negative GLS and the integers;
 * the same problems written in cvxpy on one state's subtree (``--ref-state``; by default the
@@ -150,6 +152,33 @@ def rounding_reference(geo, x, root: int, emit) -> None:
          f"-> {t_ref / max(t_ours, 1e-9):.0f}x")
 
 
+def topdown_section(geo, truth, blocks, args, emit):
+    """The Census-style top-down estimate (non-negative), in this process and on a Dask
+    LocalCluster with 1 and 2 workers: time per level, and whether the bits agree."""
+    ms = [cvxdp.HistogramMeasurement(b.nodes, b.Q, b.y, 1.0 / np.sqrt(b.w)) for b in blocks]
+    runs = {}
+    for label, kw in (("in-process", dict(backend="local")), ("Dask, 1 worker", dict(workers=1)),
+                      ("Dask, 2 workers", dict(workers=2))):
+        try:
+            t = time.perf_counter()
+            r = cvxdp.topdown(geo, ms, eps_rel=args.eps, **kw)
+        except ImportError as exc:
+            emit(f"top-down {label}: skipped ({exc})")
+            continue
+        runs[label] = r
+        emit(f"top-down {label}: {time.perf_counter() - t:.2f} s in all (cluster start included); per "
+             f"level " + ", ".join(f"{lv['seconds']:.2f} s ({lv['chunks']} chunks)" for lv in r.levels)
+             + f"; worst gap {max(lv['gap'] for lv in r.levels):.1e}")
+    base = runs.get("in-process")
+    for label, r in runs.items():
+        if base is not None and r is not base:
+            emit(f"  {label}: the same bits as in-process: {np.array_equal(r.x, base.x)}")
+    if "Dask, 1 worker" in runs and "Dask, 2 workers" in runs:
+        one, two = runs["Dask, 1 worker"].levels[-1]["seconds"], runs["Dask, 2 workers"].levels[-1]["seconds"]
+        emit(f"  tract level: 1 worker {one:.2f} s, 2 workers {two:.2f} s -> {one / two:.2f}x")
+    return base.x if base is not None else np.full_like(truth, np.nan)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fast", action="store_true")
@@ -192,11 +221,13 @@ def main() -> None:
     t_int = time.perf_counter() - t
     emit(f"integer rounding: {t_int:.2f} s; L1 move {np.abs(x_int - res.x).sum():,.1f} over "
          f"{res.x.size:,} entries; loss {objective(blocks, res.x):.6e} -> {objective(blocks, x_int):.6e}")
+    x_td = topdown_section(geo, truth, blocks, args, emit)
     emit("accuracy, mean absolute error of cells / of the 8 group queries, by level:")
     noisy = np.zeros_like(truth)
     for b in blocks[::2]:
         noisy[b.nodes] = b.y
-    for name, est in (("noisy", noisy), ("GLS", x_gls), ("GLS >= 0", res.x), ("integers", x_int)):
+    for name, est in (("noisy", noisy), ("GLS", x_gls), ("GLS >= 0", res.x), ("integers", x_int),
+                      ("top-down", x_td)):
         emit(f"  {name:9s} " + " | ".join(accuracy(geo, truth, est, Qg)))
     if args.skip_ref:
         return
