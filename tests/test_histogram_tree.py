@@ -110,11 +110,29 @@ def test_noise_free_histograms_are_reproduced():
     np.testing.assert_allclose(X.value, truth, atol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_l1_with_nonnegativity_takes_the_tree_path(seed):
+    """Laplace maximum likelihood: absolute losses per unit with X >= 0, against HiGHS's LP."""
+    geo, k, truth, Y, Q, Ym = instance(seed)
+    X = cp.Variable((geo.n_nodes, k))
+    obj = cp.sum(cp.abs(X - Y)) / 1.5 + cp.sum(cp.abs(X[geo.internal] @ Q.T - Ym)) / 0.5
+    prob = cp.Problem(cp.Minimize(obj), [cvxdp.HierarchicalHistogram(geo, X), X >= 0])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-7)
+    assert prob.status == "optimal"
+    assert prob.solver_stats.extra_stats["info"]["splitting"] == "histogram tree (non-negative L1 ADMM)"
+    ours, x_ours = prob.value, X.value
+    assert np.all(x_ours >= 0)
+    np.testing.assert_allclose(geo.consistency @ x_ours, 0, atol=1e-9)
+    prob.solve(solver=cp.HIGHS)
+    assert ours == pytest.approx(prob.value, rel=2e-7)
+
+
 def test_outside_the_structure_the_general_admm_runs():
-    """An L1 loss is not (yet) the tree path: the general ADMM solves it, still certified."""
+    """Mixed L1 and squared losses are not the tree path: the general ADMM solves them."""
     geo, k, truth, Y, Q, Ym = instance(2)
     X = cp.Variable((geo.n_nodes, k), nonneg=True)
-    prob = cp.Problem(cp.Minimize(cp.sum(cp.abs(X - Y))), [cvxdp.HierarchicalHistogram(geo, X)])
+    prob = cp.Problem(cp.Minimize(cp.sum(cp.abs(X - Y)) + cp.sum_squares(X[geo.internal] @ Q.T - Ym)),
+                      [cvxdp.HierarchicalHistogram(geo, X)])
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-6)
     assert prob.status == "optimal"
     assert not str(prob.solver_stats.extra_stats["info"]["splitting"]).startswith("histogram tree")

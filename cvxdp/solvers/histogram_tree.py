@@ -4,11 +4,13 @@ The plain cvxpy spelling of a geography with a ``k``-cell histogram per unit is 
 ``X`` of shape ``(n, k)``, the Kronecker-structured consistency ``C @ X == 0`` (``C`` the
 units' parent-minus-children matrix, acting on every cell column alike), squared losses whose
 rows each read one unit's cells (``X[level] @ Q.T - Y`` per level, any ``Q``), optionally
-``X >= 0`` and exact invariants (rows reading one unit's cells).  :func:`detect` finds that
+``X >= 0`` and exact invariants (rows reading one unit's cells); or absolute losses (Laplace) with ``X >= 0``.
+:func:`detect` finds that
 structure in :class:`~cvxdp.solvers.admm_problem.ConsistencyData` (flat column-major ``x``:
 entry ``(v, j)`` at ``v + n j``) and returns the tree, the measurement blocks and the
 invariants; :func:`solve` runs the exact GLS (:mod:`cvxdp.solvers.tree_gls`) or, with
-non-negativity, the tree ADMM (:mod:`cvxdp.solvers.tree_nonneg`) and hands back a result
+non-negativity, the tree ADMM (:mod:`cvxdp.solvers.tree_nonneg`; absolute losses:
+:mod:`cvxdp.solvers.tree_l1`) and hands back a result
 over the flat vector with the multipliers of the rows it was given.
 
 Multipliers.  With ``g = grad f`` per unit, the Lagrangian
@@ -28,6 +30,7 @@ import scipy.sparse as sp
 from . import result as R
 from .tree import Forest
 from .tree_gls import Block, Invariant, TreeGLS
+from .tree_l1 import solve_l1
 from .tree_nonneg import NonnegSettings, objective, solve_nonneg
 
 __all__ = ["HistogramTree", "detect", "solve"]
@@ -49,6 +52,7 @@ class HistogramTree:
     blocks: list[Block]
     invariants: list[Invariant]
     nonneg: bool
+    l1: bool                       # absolute losses (the blocks' w are L1 weights)
     cons_rows: np.ndarray          # rows of A that state consistency
     cons_unit: np.ndarray          # ... their parent unit
     cons_cell: np.ndarray          # ... and cell
@@ -61,8 +65,9 @@ def detect(data, shape: tuple[int, int] | None) -> HistogramTree | None:
     if shape is None or len(shape) != 2 or data.has_chains or data.A is None:
         return None
     n, k = int(shape[0]), int(shape[1])
-    if n * k != data.n or n < 2 or np.any(data.w1 > 0) or np.any(np.isfinite(data.upper)):
-        return None
+    l1 = bool(np.any(data.w1 > 0))
+    if n * k != data.n or n < 2 or np.any(np.isfinite(data.upper)) or (l1 and np.any(data.w2 > 0)):
+        return None                  # mixed L1 + L2 losses take the general ADMM
     A = sp.csr_matrix(data.A)
     found = _consistency_rows(A, data.b, n, k)
     if found is None:
@@ -77,10 +82,12 @@ def detect(data, shape: tuple[int, int] | None) -> HistogramTree | None:
         return None
     rest = np.setdiff1d(np.arange(A.shape[0]), rows)
     invariants = _row_groups(A[rest], data.b[rest], n, k, Invariant) if rest.size else []
-    blocks = _row_groups(data.M, data.y, n, k, Block, data.w2)
+    blocks = _row_groups(data.M, data.y, n, k, Block, data.w1 if l1 else data.w2)
     if invariants is None or blocks is None:
         return None
-    tree = HistogramTree(forest, n, k, blocks, invariants, nonneg, rows, units, cells, signs,
+    if l1 and (not nonneg or invariants):
+        return None                  # the tree L1 ADMM needs x >= 0 and has no invariants
+    tree = HistogramTree(forest, n, k, blocks, invariants, nonneg, l1, rows, units, cells, signs,
                          A.shape[0])
     return tree
 
@@ -211,6 +218,14 @@ def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: fl
           verbose: bool, callback) -> R.SolverResult:
     """GLS (no bounds) or non-negative GLS (ADMM); the result over the flat vector."""
     f, k, n = tree.forest, tree.k, tree.n_units
+    if tree.l1:
+        res = solve_l1(f, k, tree.blocks, NonnegSettings(
+            eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit, verbose=verbose,
+            callback=callback))
+        res.x = res.x.ravel(order="F")
+        res.info["splitting"] = "histogram tree (non-negative L1 ADMM)"
+        res.info["duals_certified"] = False
+        return res
     if tree.nonneg:
         if tree.invariants:
             return None            # the tree ADMM has no invariants yet: the general path runs

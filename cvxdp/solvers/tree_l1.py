@@ -1,0 +1,169 @@
+"""Non-negative L1 (Laplace maximum likelihood) over a tree of histograms: ADMM, certified gap.
+
+Problem (:mod:`cvxdp.solvers.tree_gls` for the model; Laplace noise of scale ``b`` gives the
+weights ``w = 1 / b``):
+
+    minimize  F(x) = sum_blocks sum_v  sum_i w_i |(Q x_v - y_v)_i|
+    subject to x consistent,  x_leaf >= 0.
+
+Splitting (Boyd et al. 2011, section 6.4; the tree solve handles consistency exactly):
+``r = Q x`` per block row, ``z = x_leaf``:
+
+    x <- argmin_{x consistent} rho/2 ||Q x - (r - v)||^2 + rho/2 ||x_leaf - (z - u)||^2
+         (one TreeGLS solve; its matrices do not change over the run)
+    r <- y + soft(alpha Q x + (1 - alpha) r - y + v, w / rho)
+    z <- max(0, alpha x_leaf + (1 - alpha) z + u)
+    v, u <- the scaled dual updates.
+
+Certificate.  *Primal*: the leaves ``z`` summed up the tree.  *Dual*: for ``|mu_i| <= w_i``,
+``F(x) >= mu^T (Q x - y)``; summed over a consistent ``x`` the linear form is
+``sum_leaves p_leaf^T x_leaf`` with ``p_leaf`` the sum of ``Q_v^T mu_v`` over the leaf and its
+ancestors, so over ``0 <= x_leaf <= U``
+
+    F* >= -mu^T y + sum_{leaf cells} min(0, p) U,
+
+valid when ``U`` bounds the optimal leaves: a leaf cell measured by an identity row
+``w |x - y|`` has ``x* <= y + F(z) / w`` (that term alone is at most the optimal loss, which a
+feasible ``F(z)`` bounds); elsewhere ``U = inf`` (the bound is ``-inf`` if ``p < 0`` there).
+``mu`` is the scaled dual ``rho v`` clipped to ``[-w, w]``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import result as R
+from ._table import IterationTable
+from .tree import Forest
+from .tree_gls import Block, TreeGLS
+from .tree_nonneg import NonnegSettings, _aggregate
+
+__all__ = ["solve_l1", "l1_objective"]
+
+_COLUMNS = [("iter", "d"), ("objective", ".8e"), ("lower bnd", ".8e"), ("rel gap", ".2e"),
+            ("rho", ".2e"), ("time [s]", ".2f")]
+
+
+def l1_objective(blocks: Sequence[Block], x: np.ndarray) -> float:
+    return float(sum(np.sum(b.w * np.abs(x[b.nodes] @ b.Q.T - b.y)) for b in blocks))
+
+
+def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
+             settings: NonnegSettings | None = None) -> R.SolverResult:
+    """The ADMM of the module docstring (``blocks``' ``w`` are the L1 weights)."""
+    s = settings or NonnegSettings()
+    t0 = time.perf_counter()
+    leaves = forest.leaves
+    rho = s.rho if s.rho is not None else _default_rho(blocks, forest, k)
+    unit = [Block(b.nodes, b.Q, np.ones_like(b.w), b.y) for b in blocks]
+    solver = TreeGLS(forest, k, unit, prox=1.0)      # rho scales out of the x step
+    upper = _leaf_box(blocks, forest, k)
+    r = [b.y.copy() for b in blocks]
+    v = [np.zeros_like(b.y) for b in blocks]
+    z = np.maximum(_start(forest, k, blocks), 0.0)
+    u = np.zeros_like(z)
+    table = IterationTable(_COLUMNS, s.verbose)
+    table.header(f"cvxdp ADMM, non-negative L1 on a tree: {forest.n} units x {k} cells, rho {rho:.3g}")
+    best_f, best_z, lower, history, status, it = math.inf, z, -math.inf, [], None, 0
+    for it in range(1, s.max_iters + 1):
+        rhs = np.zeros((forest.n, k))
+        for b, rb, vb in zip(blocks, r, v):
+            np.add.at(rhs, b.nodes, (rb - vb) @ b.Q)
+        rhs[leaves] += z - u
+        x = solver.solve(rhs)
+        for i, b in enumerate(blocks):
+            qx = x[b.nodes] @ b.Q.T
+            qh = s.alpha * qx + (1 - s.alpha) * r[i]
+            d = qh + v[i] - b.y
+            r[i] = b.y + np.sign(d) * np.maximum(np.abs(d) - b.w / rho, 0.0)
+            v[i] += qh - r[i]
+        xh = s.alpha * x[leaves] + (1 - s.alpha) * z
+        z = np.maximum(xh + u, 0.0)
+        u += xh - z
+        if it % s.check_every and it < s.max_iters:
+            continue
+        f = l1_objective(blocks, _aggregate(forest, z, k))
+        if f < best_f:
+            best_f, best_z = f, z.copy()
+        lower = max(lower, _bound(forest, k, blocks, [np.clip(rho * vb, -b.w, b.w) for b, vb in zip(blocks, v)],
+                                  upper(best_f)))
+        gap = R.relative_gap(best_f, lower)
+        row = {"iter": it, "objective": best_f, "lower bnd": lower, "rel gap": gap, "rho": rho,
+               "time [s]": time.perf_counter() - t0}
+        history.append(row)
+        table.row(row)
+        if gap <= s.eps_rel:
+            status = R.OPTIMAL
+            break
+        if s.callback is not None and s.callback(dict(row)):
+            status = R.USER_LIMIT
+            break
+        if time.perf_counter() - t0 >= s.time_limit:
+            break
+    status = status or R.OPTIMAL_INACCURATE
+    table.footer(f"status {status}: objective {best_f:.8e}, lower bound {lower:.8e}, {it} iterations")
+    return R.SolverResult(x=_aggregate(forest, best_z, k), status=status, objective=best_f,
+                          lower_bound=lower, gap=R.relative_gap(best_f, lower), iterations=it,
+                          primal_residual=0.0, solve_time=time.perf_counter() - t0,
+                          history=history, info={"rho": rho})
+
+
+def _default_rho(blocks, forest: Forest, k: int) -> float:
+    """The L1 weight over a typical leaf cell's size (the scale at which the absolute loss
+    and the quadratic penalty are comparable)."""
+    w = np.concatenate([b.w for b in blocks])
+    leaf_vals = [np.abs(b.y[np.isin(b.nodes, forest.leaves)]) for b in blocks]
+    typical = float(np.median(np.concatenate([lv.ravel() for lv in leaf_vals]))) if leaf_vals else 1.0
+    return float(np.median(w)) / max(typical, 1.0)
+
+
+def _start(forest: Forest, k: int, blocks) -> np.ndarray:
+    """The least-squares estimate's leaves (a start: the L1 optimum is near it)."""
+    try:
+        return TreeGLS(forest, k, blocks).solve()[forest.leaves]
+    except ValueError:
+        return np.zeros((forest.leaves.size, k))
+
+
+def _leaf_box(blocks, forest: Forest, k: int):
+    """``F -> U``: per leaf cell the bound ``y + F / w`` of its identity rows (the least over
+    several), ``inf`` where a leaf cell has none."""
+    pos = np.full(forest.n, -1)
+    pos[forest.leaves] = np.arange(forest.leaves.size)
+    ys, ws = np.full((forest.leaves.size, k), np.inf), np.zeros((forest.leaves.size, k))
+    for b in blocks:
+        rows = [(i, int(np.flatnonzero(q)[0])) for i, q in enumerate(b.Q)
+                if np.count_nonzero(q) == 1 and q[np.flatnonzero(q)[0]] == 1.0]
+        sel = pos[b.nodes] >= 0
+        for i, j in rows:
+            p = pos[b.nodes[sel]]
+            better = b.w[i] > ws[p, j]
+            ys[p[better], j] = b.y[sel][better, i]
+            ws[p[better], j] = b.w[i]
+
+    def upper(F: float) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.where(ws > 0, ys + F / np.where(ws > 0, ws, 1.0), np.inf)
+    return upper
+
+
+def _bound(forest: Forest, k: int, blocks, mus, U: np.ndarray) -> float:
+    """``-mu^T y + sum min(0, p) U`` (module docstring)."""
+    c = np.zeros((forest.n, k))
+    const = 0.0
+    for b, mu in zip(blocks, mus):
+        np.add.at(c, b.nodes, mu @ b.Q)
+        const -= float(np.sum(mu * b.y))
+    # path sums from the roots down: every leaf's cells see all their ancestors' terms
+    for d in range(1, forest.n_levels):
+        lo, hi = forest.level_bounds[d], forest.level_bounds[d + 1]
+        units = forest.order[lo:hi]
+        c[units] += c[forest.parent[units]]
+    p = c[forest.leaves]
+    neg = p < 0
+    if np.any(neg & ~np.isfinite(U)):
+        return -math.inf
+    return const + float(np.sum(np.where(neg, p * np.where(np.isfinite(U), U, 0.0), 0.0)))
