@@ -272,7 +272,7 @@ def _multipliers(tree: HistogramTree, X: np.ndarray,
     f, n, k = tree.forest, tree.n_units, tree.k
     g = np.zeros((n, k))
     for b in tree.blocks:
-        np.add.at(g, b.nodes, ((X[b.nodes] @ b.Q.T - b.y) * b.w) @ b.Q)
+        b.scatter_add(g, ((X[b.nodes] @ b.Q.T - b.y) * b.w) @ b.Q)
     if lam is not None:
         g -= lam
     nu = np.zeros((n, k))

@@ -83,6 +83,21 @@ class Block:
         """``Q^T diag(w) Q``."""
         return self.Q.T @ (self.w[:, None] * self.Q)
 
+    def scatter_add(self, out: np.ndarray, rows: np.ndarray) -> None:
+        """``out[nodes[i]] += rows[i]`` (a fancy ``+=`` when the units are distinct, which is
+        many times faster than ``np.add.at``)."""
+        if self._distinct:
+            out[self.nodes] += rows
+        else:
+            np.add.at(out, self.nodes, rows)
+
+    @property
+    def _distinct(self) -> bool:
+        d = self.__dict__.get("_distinct_cache")
+        if d is None:
+            d = self.__dict__["_distinct_cache"] = bool(np.unique(self.nodes).size == self.nodes.size)
+        return d
+
 
 @dataclass
 class Invariant:
@@ -262,7 +277,7 @@ class TreeGLS:
         """``b_v = sum Q^T diag(w) y_v`` of the blocks, ``(n, k)`` in original unit order."""
         b = np.zeros((self.forest.n, self.k))
         for blk in self.blocks:
-            np.add.at(b, blk.nodes, (blk.y * blk.w) @ blk.Q)
+            blk.scatter_add(b, (blk.y * blk.w) @ blk.Q)
         return b
 
     def solve(self, b: np.ndarray | None = None) -> np.ndarray:

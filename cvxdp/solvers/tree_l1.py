@@ -43,6 +43,9 @@ from .tree_nonneg import NonnegSettings, _aggregate
 
 __all__ = ["solve_l1", "l1_objective"]
 
+# default rho: this multiple of the weight over a typical leaf value (see _default_rho)
+_RHO_FACTOR = 10.0
+
 _COLUMNS = [("iter", "d"), ("objective", ".8e"), ("lower bnd", ".8e"), ("rel gap", ".2e"),
             ("rho", ".2e"), ("time [s]", ".2f")]
 
@@ -71,7 +74,7 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
     for it in range(1, s.max_iters + 1):
         rhs = np.zeros((forest.n, k))
         for b, rb, vb in zip(blocks, r, v):
-            np.add.at(rhs, b.nodes, (rb - vb) @ b.Q)
+            b.scatter_add(rhs, (rb - vb) @ b.Q)
         rhs[leaves] += z - u
         x = solver.solve(rhs)
         for i, b in enumerate(blocks):
@@ -112,12 +115,13 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
 
 
 def _default_rho(blocks, forest: Forest, k: int) -> float:
-    """The L1 weight over a typical leaf cell's size (the scale at which the absolute loss
-    and the quadratic penalty are comparable)."""
+    """Ten times the L1 weight over a typical leaf cell's size.  Measured on a US-shaped tree
+    (3,156 units x 64 cells, Laplace scales 2 and 10, gap 1e-4): 100-120 iterations at 10x,
+    230 / 130 at 100x / 30x, 380-450 at 1x, 1,700 at 0.1x."""
     w = np.concatenate([b.w for b in blocks])
     leaf_vals = [np.abs(b.y[np.isin(b.nodes, forest.leaves)]) for b in blocks]
     typical = float(np.median(np.concatenate([lv.ravel() for lv in leaf_vals]))) if leaf_vals else 1.0
-    return float(np.median(w)) / max(typical, 1.0)
+    return _RHO_FACTOR * float(np.median(w)) / max(typical, 1.0)
 
 
 def _start(forest: Forest, k: int, blocks) -> np.ndarray:
@@ -155,7 +159,7 @@ def _bound(forest: Forest, k: int, blocks, mus, U: np.ndarray) -> float:
     c = np.zeros((forest.n, k))
     const = 0.0
     for b, mu in zip(blocks, mus):
-        np.add.at(c, b.nodes, mu @ b.Q)
+        b.scatter_add(c, mu @ b.Q)
         const -= float(np.sum(mu * b.y))
     # path sums from the roots down: every leaf's cells see all their ancestors' terms
     for d in range(1, forest.n_levels):
