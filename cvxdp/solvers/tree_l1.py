@@ -25,7 +25,9 @@ ancestors, so over ``0 <= x_leaf <= U``
 valid when ``U`` bounds the optimal leaves: a leaf cell measured by an identity row
 ``w |x - y|`` has ``x* <= y + F(z) / w`` (that term alone is at most the optimal loss, which a
 feasible ``F(z)`` bounds); elsewhere ``U = inf`` (the bound is ``-inf`` if ``p < 0`` there).
-``mu`` is the scaled dual ``rho v`` clipped to ``[-w, w]``.
+``mu`` is the scaled dual ``rho v`` clipped to ``[-w, w]`` and then raised on the leaves'
+identity rows where ``p < 0`` (each unit raises ``p`` by one there, within ``|mu| <= w``): the
+box, loose at national scale (``F`` is the whole tree's loss), then only meets what is left.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
     rho = s.rho if s.rho is not None else _default_rho(blocks, forest, k)
     unit = [Block(b.nodes, b.Q, np.ones_like(b.w), b.y) for b in blocks]
     solver = TreeGLS(forest, k, unit, prox=1.0)      # rho scales out of the x step
-    upper = _leaf_box(blocks, forest, k)
+    leaf_rows = _LeafRows(blocks, forest, k)
     r = [b.y.copy() for b in blocks]
     v = [np.zeros_like(b.y) for b in blocks]
     z = np.maximum(_start(forest, k, blocks), 0.0)
@@ -91,8 +93,8 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
         f = l1_objective(blocks, _aggregate(forest, z, k))
         if f < best_f:
             best_f, best_z = f, z.copy()
-        lower = max(lower, _bound(forest, k, blocks, [np.clip(rho * vb, -b.w, b.w) for b, vb in zip(blocks, v)],
-                                  upper(best_f)))
+        mus = [np.clip(rho * vb, -b.w, b.w) for b, vb in zip(blocks, v)]
+        lower = max(lower, _bound(forest, k, blocks, mus, leaf_rows, best_f))
         gap = R.relative_gap(best_f, lower)
         row = {"iter": it, "objective": best_f, "lower bnd": lower, "rel gap": gap, "rho": rho,
                "time [s]": time.perf_counter() - t0}
@@ -132,41 +134,67 @@ def _start(forest: Forest, k: int, blocks) -> np.ndarray:
         return np.zeros((forest.leaves.size, k))
 
 
-def _leaf_box(blocks, forest: Forest, k: int):
-    """``F -> U``: per leaf cell the bound ``y + F / w`` of its identity rows (the least over
-    several), ``inf`` where a leaf cell has none."""
-    pos = np.full(forest.n, -1)
-    pos[forest.leaves] = np.arange(forest.leaves.size)
-    ys, ws = np.full((forest.leaves.size, k), np.inf), np.zeros((forest.leaves.size, k))
-    for b in blocks:
-        rows = [(i, int(np.flatnonzero(q)[0])) for i, q in enumerate(b.Q)
-                if np.count_nonzero(q) == 1 and q[np.flatnonzero(q)[0]] == 1.0]
-        sel = pos[b.nodes] >= 0
-        for i, j in rows:
-            p = pos[b.nodes[sel]]
-            better = b.w[i] > ws[p, j]
-            ys[p[better], j] = b.y[sel][better, i]
-            ws[p[better], j] = b.w[i]
+class _LeafRows:
+    """For every leaf cell, its identity row ``w |x - y|`` of largest weight (block, row in the
+    block, query), if it has one: where the dual point is repaired and the box is read."""
 
-    def upper(F: float) -> np.ndarray:
+    def __init__(self, blocks, forest: Forest, k: int) -> None:
+        pos = np.full(forest.n, -1)
+        pos[forest.leaves] = np.arange(forest.leaves.size)
+        shape = (forest.leaves.size, k)
+        self.w = np.zeros(shape)
+        self.y = np.full(shape, np.inf)
+        self.block = np.full(shape, -1)
+        self.row = np.zeros(shape, dtype=np.int64)
+        self.query = np.zeros(shape, dtype=np.int64)
+        for bi, b in enumerate(blocks):
+            rows = np.flatnonzero(pos[b.nodes] >= 0)
+            if rows.size == 0:
+                continue
+            leaf = pos[b.nodes[rows]]
+            for qi, q in enumerate(b.Q):
+                nz = np.flatnonzero(q)
+                if nz.size != 1 or q[nz[0]] != 1.0:
+                    continue
+                j = int(nz[0])
+                better = b.w[qi] > self.w[leaf, j]
+                lb, rb = leaf[better], rows[better]
+                self.w[lb, j] = b.w[qi]
+                self.y[lb, j] = b.y[rb, qi]
+                self.block[lb, j], self.row[lb, j], self.query[lb, j] = bi, rb, qi
+
+    def box(self, F: float) -> np.ndarray:
+        """``y + F / w`` per leaf cell (``inf`` without an identity row)."""
         with np.errstate(divide="ignore"):
-            return np.where(ws > 0, ys + F / np.where(ws > 0, ws, 1.0), np.inf)
-    return upper
+            return np.where(self.w > 0, self.y + F / np.where(self.w > 0, self.w, 1.0), np.inf)
 
 
-def _bound(forest: Forest, k: int, blocks, mus, U: np.ndarray) -> float:
-    """``-mu^T y + sum min(0, p) U`` (module docstring)."""
+def _bound(forest: Forest, k: int, blocks, mus, leaf: _LeafRows, F: float) -> float:
+    """``-mu^T y + sum min(0, p) U`` (module docstring), after raising ``mu`` on the leaves'
+    identity rows wherever ``p < 0`` (up to ``w``): each unit of it adds one to ``p`` there, so
+    near a solution the box term, loose at scale, is left with almost nothing."""
     c = np.zeros((forest.n, k))
-    const = 0.0
     for b, mu in zip(blocks, mus):
         b.scatter_add(c, mu @ b.Q)
-        const -= float(np.sum(mu * b.y))
     # path sums from the roots down: every leaf's cells see all their ancestors' terms
     for d in range(1, forest.n_levels):
         lo, hi = forest.level_bounds[d], forest.level_bounds[d + 1]
         units = forest.order[lo:hi]
         c[units] += c[forest.parent[units]]
     p = c[forest.leaves]
+    neg = (p < 0) & (leaf.block >= 0)
+    if neg.any():
+        li, j = np.nonzero(neg)
+        bi, ri, qi = leaf.block[li, j], leaf.row[li, j], leaf.query[li, j]
+        for b_idx in np.unique(bi):
+            sel = bi == b_idx
+            mu = mus[int(b_idx)]
+            room = blocks[int(b_idx)].w[qi[sel]] - mu[ri[sel], qi[sel]]
+            raise_by = np.minimum(-p[li[sel], j[sel]], np.maximum(room, 0.0))
+            mu[ri[sel], qi[sel]] += raise_by
+            p[li[sel], j[sel]] += raise_by
+    const = -float(sum(np.sum(mu * b.y) for b, mu in zip(blocks, mus)))
+    U = leaf.box(F)
     neg = p < 0
     if np.any(neg & ~np.isfinite(U)):
         return -math.inf
