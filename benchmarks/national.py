@@ -186,6 +186,7 @@ def main() -> None:
     ap.add_argument("--fast", action="store_true")
     ap.add_argument("--rho", type=float, default=1.0)
     ap.add_argument("--eps", type=float, default=1e-4)
+    ap.add_argument("--l1-iters", type=int, default=300)
     ap.add_argument("--eps-l1", type=float, default=1e-3,
                     help="certified gap of the L1 estimate (its ADMM tail is long at this size)")
     ap.add_argument("--seed", type=int, default=0)
@@ -222,7 +223,7 @@ def main() -> None:
          f"certified gap {res.gap:.1e}; peak RSS {rss_mb():.0f} MB")
     t = time.perf_counter()
     l1 = solve_l1(geo.forest, K, [Block(b.nodes, b.Q, np.sqrt(b.w), b.y) for b in blocks],
-                  NonnegSettings(eps_rel=args.eps_l1))
+                  NonnegSettings(eps_rel=args.eps_l1, max_iters=args.l1_iters))
     emit(f"non-negative L1 (ADMM, weights 1/sigma, on the same answers, to {args.eps_l1:g}): "
          f"{time.perf_counter() - t:.2f} s, "
          f"{l1.iterations} iterations, {l1.status}, certified gap {l1.gap:.1e}; peak RSS {rss_mb():.0f} MB")
