@@ -103,6 +103,25 @@ def test_exact_invariants(seed):
     np.testing.assert_allclose(x_ours, X.value, atol=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_nonnegative_with_total_invariants(seed):
+    """The Census case: exact totals at the root and its children, X >= 0."""
+    geo, k, truth, Y, Q, Ym = instance(seed)
+    root = int(np.flatnonzero(geo.parent < 0)[0])
+    units = np.r_[root, geo.children(root)]
+    totals = truth[units].sum(axis=1)
+    prob, X = model(geo, k, Y, Q, Ym, True, "class", (units, totals))
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-8)
+    assert prob.status == "optimal"
+    assert prob.solver_stats.extra_stats["info"]["splitting"] == "histogram tree (non-negative ADMM)"
+    ours, x_ours = prob.value, X.value
+    assert np.all(x_ours >= 0)
+    np.testing.assert_allclose(x_ours[units].sum(axis=1), totals, atol=1e-9)
+    np.testing.assert_allclose(geo.consistency @ x_ours, 0, atol=1e-9)
+    prob.solve(solver=cp.CLARABEL, **TIGHT)
+    assert ours == pytest.approx(prob.value, rel=1e-7)
+
+
 def test_noise_free_histograms_are_reproduced():
     geo, k, truth, Y, Q, Ym = instance(11)
     prob, X = model(geo, k, truth, Q, truth[geo.internal] @ Q.T, False, "class")

@@ -98,3 +98,42 @@ def test_fixed_roots_children_problems_match_clarabel():
     with pytest.raises(ValueError, match="E = I"):
         solve_nonneg(Forest(parent), k, [Block(kids, np.eye(k), 1.0, y)],
                      fixed_roots=Invariant([0], np.ones((1, k)), [[1.0]]))
+
+
+def test_group_invariants_with_nonnegativity_match_clarabel():
+    """Totals of two groups of cells fixed at the root and at one inner unit."""
+    from cvxdp.solvers.tree_gls import Invariant
+    geo, k, blocks = instance(9)
+    if k < 2 or not geo.internal.size:
+        pytest.skip("needs two cells and an inner unit")
+    rng = np.random.default_rng(9)
+    truth = geo.aggregate(rng.poisson(0.8, (geo.leaves.size, k)).astype(float))
+    E = np.zeros((2, k))
+    E[0, : k // 2] = 1
+    E[1, k // 2:] = 1
+    units = np.unique(np.r_[np.flatnonzero(geo.parent < 0), geo.internal[:1]])
+    inv = Invariant(units, E, truth[units] @ E.T)
+    res = solve_nonneg(geo.forest, k, blocks, NonnegSettings(eps_rel=1e-9), invariants=[inv])
+    assert res.status == "optimal"
+    np.testing.assert_allclose(res.x[units] @ E.T, inv.e, atol=1e-9)
+    X = cp.Variable((geo.leaves.size, k), nonneg=True)
+    full = geo.aggregation @ X
+    obj = sum(0.5 * cp.sum(cp.multiply(np.broadcast_to(b.w, (b.nodes.size, b.Q.shape[0])),
+                                       cp.square(full[b.nodes] @ b.Q.T - b.y))) for b in blocks)
+    ref = cp.Problem(cp.Minimize(obj), [full[units] @ E.T == inv.e])
+    ref.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
+    assert res.objective == pytest.approx(ref.value, rel=1e-7)
+
+
+def test_invariant_refusals():
+    from cvxdp.solvers.tree_gls import Invariant
+    geo, k, blocks = instance(9)
+    root = np.flatnonzero(geo.parent < 0)[:1]
+    with pytest.raises(ValueError, match="0/1 rows"):
+        solve_nonneg(geo.forest, k, blocks, invariants=[Invariant(root, 2 * np.ones((1, k)), [[1.0]])])
+    if k > 1:
+        E = np.vstack([np.ones(k), np.eye(k)[0]])
+        with pytest.raises(ValueError, match="must not overlap"):
+            solve_nonneg(geo.forest, k, blocks, invariants=[Invariant(root, E, [[3.0, 1.0]])])
+    with pytest.raises(ValueError, match="negative"):
+        solve_nonneg(geo.forest, k, blocks, invariants=[Invariant(root, np.ones((1, k)), [[-1.0]])])

@@ -227,13 +227,11 @@ def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: fl
         res.info["duals_certified"] = False
         return res
     if tree.nonneg:
-        if tree.invariants:
-            return None            # the tree ADMM has no invariants yet: the general path runs
         try:
             res = solve_nonneg(f, k, tree.blocks, NonnegSettings(
                 eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit, verbose=verbose,
-                callback=callback))
-        except ValueError:       # a leaf not determined by its measurements
+                callback=callback), invariants=tree.invariants)
+        except ValueError:       # a leaf not determined, or invariants it cannot repair to
             return None
         X = res.x
     else:

@@ -71,16 +71,22 @@ def objective(blocks: Sequence[Block], x: np.ndarray) -> float:
 
 def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
                  settings: NonnegSettings | None = None, *, state: dict | None = None,
-                 fixed_roots: Invariant | None = None) -> R.SolverResult:
+                 fixed_roots: Invariant | None = None,
+                 invariants: Sequence[Invariant] = ()) -> R.SolverResult:
     """The ADMM of the module docstring; ``state`` (a previous result's) warm-starts.
 
     ``fixed_roots``: whole root histograms known exactly (an :class:`Invariant` with
     ``E = I`` at roots, non-negative values) -- the children problem of a top-down estimate,
     where the parent's estimate is fixed.  The ADMM's solves then meet them, and the primal
-    point scales the leaves below each fixed root, cell by cell, to its value."""
+    point scales the leaves below each fixed root, cell by cell, to its value.
+
+    ``invariants``: exact sums of groups of cells at any units (``E`` with 0/1 rows), all
+    groups from one partition of the cells (totals everywhere, or one marginal's groups, or
+    single cells), non-negative values: the primal point distributes each group's value top
+    down (:class:`_InvariantRepair`).  Other invariants raise ``ValueError``."""
     s = settings or NonnegSettings()
     t0 = time.perf_counter()
-    invs = _check_fixed_roots(forest, k, fixed_roots)
+    invs = _check_fixed_roots(forest, k, fixed_roots) + list(invariants)
     exact = TreeGLS(forest, k, blocks, invs)
     leaves = forest.leaves
     rho = s.rho if s.rho is not None else exact.leaf_curvature()
@@ -91,7 +97,7 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
         z = np.maximum(exact.solve()[leaves], 0.0)
         u = np.zeros_like(z)
     prox = TreeGLS(forest, k, blocks, invs, prox=rho)
-    rescale = _RootScaling(forest, fixed_roots) if fixed_roots is not None else None
+    rescale = _InvariantRepair(forest, k, invs) if invs else None
     b0 = exact.rhs()
     setup = time.perf_counter() - t0
     table = IterationTable(_COLUMNS, s.verbose)
@@ -158,33 +164,62 @@ def _check_fixed_roots(forest: Forest, k: int, fixed: Invariant | None) -> list[
     return [fixed]
 
 
-class _RootScaling:
-    """Leaves scaled, cell by cell, so that each fixed root's subtree sums to its value (a
-    cell with nothing below it gets the value spread evenly over its leaves)."""
+class _InvariantRepair:
+    """Non-negative leaves -> a point meeting every invariant: for each group ``g`` of the
+    partition the invariants' rows come from, the group totals are set top down (an invariant
+    unit takes its value; the others share what their parent's total leaves after its
+    invariant children, in proportion to their own totals, evenly when those are all zero),
+    and each leaf's cells in ``g`` are scaled to its total (spread evenly if they are zero).
+    Consistent by construction; exact on every invariant."""
 
-    def __init__(self, forest: Forest, fixed: Invariant) -> None:
-        leaves = forest.leaves
-        root_of = np.arange(forest.n)
-        for d in range(1, forest.n_levels):
-            lo, hi = forest.level_bounds[d], forest.level_bounds[d + 1]
-            units = forest.order[lo:hi]
-            root_of[units] = root_of[forest.parent[units]]
-        row = np.full(forest.n, -1)
-        row[fixed.nodes] = np.arange(fixed.nodes.size)
-        self.group = row[root_of[leaves]]                 # fixed root of each leaf (or -1)
-        self.target = fixed.e
-        self.count = np.bincount(self.group[self.group >= 0], minlength=fixed.nodes.size)
+    def __init__(self, forest: Forest, k: int, invs: Sequence[Invariant]) -> None:
+        rows = np.vstack([inv.E for inv in invs])
+        if not np.all((rows == 0) | (rows == 1)):
+            raise ValueError("solve_nonneg: invariants must sum groups of cells (0/1 rows)")
+        groups = np.unique(rows, axis=0)
+        if np.any(groups.sum(axis=0) > 1):
+            raise ValueError("solve_nonneg: the invariants' groups of cells must not overlap "
+                             "(one partition: totals, one marginal's groups, or single cells)")
+        self.forest, self.k, self.groups = forest, k, groups.astype(bool)
+        self.target = np.full((forest.n, groups.shape[0]), np.nan)
+        for inv in invs:
+            gid = np.array([int(np.flatnonzero((groups == r).all(axis=1))[0]) for r in inv.E])
+            if np.any(inv.e < 0):
+                raise ValueError("solve_nonneg: an invariant is negative: no non-negative "
+                                 "estimate meets it")
+            self.target[inv.nodes[:, None], gid[None, :]] = inv.e
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
+        f = self.forest
+        x = _aggregate(f, z, self.k)
+        cur = x @ self.groups.T.astype(float)                    # (units, groups)
+        want = np.where(np.isnan(self.target), cur, self.target)
+        for d in range(1, f.n_levels):
+            lo, hi = f.level_bounds[d], f.level_bounds[d + 1]
+            parents_pos, starts, sizes = f.level_children(d)
+            kids = f.order[lo:hi]
+            fixed = ~np.isnan(self.target[kids])
+            par = f.order[parents_pos]
+            fixed_sum = np.add.reduceat(np.where(fixed, self.target[kids], 0.0), starts, axis=0)
+            free_cur = np.add.reduceat(np.where(fixed, 0.0, cur[kids]), starts, axis=0)
+            free_n = np.add.reduceat((~fixed).astype(float), starts, axis=0)
+            left = want[par] - fixed_sum
+            if np.any(left < -1e-9 * np.maximum(1.0, np.abs(want[par]))) or \
+                    np.any((free_n == 0) & (np.abs(left) > 1e-9 * np.maximum(1.0, np.abs(want[par])))):
+                raise ValueError("solve_nonneg: the invariants contradict each other (a unit's "
+                                 "value is not what its children's add up to)")
+            left = np.maximum(left, 0.0)
+            rep = lambda a: np.repeat(a, sizes, axis=0)         # noqa: E731
+            share = np.where(rep(free_cur) > 0, cur[kids] / np.where(rep(free_cur) > 0, rep(free_cur), 1.0),
+                             1.0 / np.maximum(rep(free_n), 1.0))
+            want[kids] = np.where(fixed, self.target[kids], rep(left) * share)
+        leaves = f.leaves
         out = z.copy()
-        sel = self.group >= 0
-        g = self.group[sel]
-        sums = np.zeros_like(self.target)
-        np.add.at(sums, g, z[sel])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(sums > 0, self.target / np.where(sums > 0, sums, 1.0), 0.0)
-        even = np.where(sums > 0, 0.0, self.target / np.maximum(self.count, 1)[:, None])
-        out[sel] = z[sel] * ratio[g] + even[g]
+        for g, cells in enumerate(self.groups):
+            have = cur[leaves, g]
+            ratio = np.where(have > 0, want[leaves, g] / np.where(have > 0, have, 1.0), 0.0)
+            even = np.where(have > 0, 0.0, want[leaves, g] / cells.sum())
+            out[:, cells] = z[:, cells] * ratio[:, None] + even[:, None]
         return out
 
 
