@@ -12,7 +12,8 @@ Printed in one run, as each finishes:
 
 * exact GLS of the whole tree with per-cell and per-query variances
   (:mod:`cvxdp.solvers.tree_gls`): time, peak memory;
-* non-negative GLS to a certified ``--eps`` gap (:mod:`cvxdp.solvers.tree_nonneg`), and the
+* non-negative GLS to a certified ``--eps`` gap (:mod:`cvxdp.solvers.tree_nonneg`), again with the
+  nation's and the states' totals invariant (the Census's invariants), and the
   non-negative L1 estimate on the same answers (:mod:`cvxdp.solvers.tree_l1`);
 * consistent integer rounding of the non-negative solution (``cvxdp.round_consistent``);
 * the Census-style top-down estimate (``cvxdp.topdown``, non-negative), in this process and on a
@@ -38,7 +39,7 @@ import numpy as np
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers.tree_gls import Block, TreeGLS
+from cvxdp.solvers.tree_gls import Block, Invariant, TreeGLS
 from cvxdp.solvers.tree_l1 import solve_l1
 from cvxdp.solvers.tree_nonneg import NonnegSettings, objective, solve_nonneg
 
@@ -221,6 +222,13 @@ def main() -> None:
     t_nn = time.perf_counter() - t
     emit(f"non-negative GLS (ADMM): {t_nn:.2f} s, {res.iterations} iterations, {res.status}, "
          f"certified gap {res.gap:.1e}; peak RSS {rss_mb():.0f} MB")
+    t = time.perf_counter()
+    units = np.r_[0, geo.levels[1]]
+    inv = Invariant(units, np.ones((1, K)), truth[units].sum(axis=1, keepdims=True))
+    res_inv = solve_nonneg(geo.forest, K, blocks, NonnegSettings(eps_rel=args.eps), invariants=[inv])
+    emit(f"non-negative GLS with the nation's and states' totals invariant: {time.perf_counter() - t:.2f} s, "
+         f"{res_inv.iterations} iterations, {res_inv.status}, certified gap {res_inv.gap:.1e}; largest "
+         f"invariant error {np.abs(res_inv.x[units].sum(axis=1) - inv.e[:, 0]).max():.1e}")
     t = time.perf_counter()
     l1 = solve_l1(geo.forest, K, [Block(b.nodes, b.Q, np.sqrt(b.w), b.y) for b in blocks],
                   NonnegSettings(eps_rel=args.eps_l1, max_iters=args.l1_iters))
