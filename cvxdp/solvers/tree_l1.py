@@ -25,9 +25,11 @@ ancestors, so over ``0 <= x_leaf <= U``
 valid when ``U`` bounds the optimal leaves: a leaf cell measured by an identity row
 ``w |x - y|`` has ``x* <= y + F(z) / w`` (that term alone is at most the optimal loss, which a
 feasible ``F(z)`` bounds); elsewhere ``U = inf`` (the bound is ``-inf`` if ``p < 0`` there).
-``mu`` is the scaled dual ``rho v`` clipped to ``[-w, w]`` and then raised on the leaves'
-identity rows where ``p < 0`` (each unit raises ``p`` by one there, within ``|mu| <= w``): the
-box, loose at national scale (``F`` is the whole tree's loss), then only meets what is left.
+``mu`` is the scaled dual ``rho v`` clipped to ``[-w, w]``; then each leaf cell's identity row
+(its largest-weight one) is set to its best value given the rest of ``mu``: the least that keeps
+``p >= 0`` when ``y > 0`` (each unit of ``mu`` costs ``y`` in ``-mu^T y``), ``w`` when ``y <= 0``.
+The box, loose at national scale (``F`` is the whole tree's loss), then only meets what that
+cannot fix.
 """
 from __future__ import annotations
 
@@ -170,9 +172,8 @@ class _LeafRows:
 
 
 def _bound(forest: Forest, k: int, blocks, mus, leaf: _LeafRows, F: float) -> float:
-    """``-mu^T y + sum min(0, p) U`` (module docstring), after raising ``mu`` on the leaves'
-    identity rows wherever ``p < 0`` (up to ``w``): each unit of it adds one to ``p`` there, so
-    near a solution the box term, loose at scale, is left with almost nothing."""
+    """``-mu^T y + sum min(0, p) U`` (module docstring), after setting ``mu`` on the leaves'
+    identity rows to their best values given the rest (the bound is separable in them)."""
     c = np.zeros((forest.n, k))
     for b, mu in zip(blocks, mus):
         b.scatter_add(c, mu @ b.Q)
@@ -182,17 +183,21 @@ def _bound(forest: Forest, k: int, blocks, mus, leaf: _LeafRows, F: float) -> fl
         units = forest.order[lo:hi]
         c[units] += c[forest.parent[units]]
     p = c[forest.leaves]
-    neg = (p < 0) & (leaf.block >= 0)
-    if neg.any():
-        li, j = np.nonzero(neg)
+    has = leaf.block >= 0
+    if has.any():
+        li, j = np.nonzero(has)
         bi, ri, qi = leaf.block[li, j], leaf.row[li, j], leaf.query[li, j]
         for b_idx in np.unique(bi):
             sel = bi == b_idx
-            mu = mus[int(b_idx)]
-            room = blocks[int(b_idx)].w[qi[sel]] - mu[ri[sel], qi[sel]]
-            raise_by = np.minimum(-p[li[sel], j[sel]], np.maximum(room, 0.0))
-            mu[ri[sel], qi[sel]] += raise_by
-            p[li[sel], j[sel]] += raise_by
+            mu, w = mus[int(b_idx)], blocks[int(b_idx)].w[qi[sel]]
+            cur = mu[ri[sel], qi[sel]]
+            other = p[li[sel], j[sel]] - cur
+            y = leaf.y[li[sel], j[sel]]
+            # the best value of this coordinate given the others: as low as keeps p >= 0 when
+            # y > 0 (each unit lowers -mu y by y), as high as allowed when y <= 0
+            best = np.clip(np.where(y > 0, -other, w), -w, w)
+            mu[ri[sel], qi[sel]] = best
+            p[li[sel], j[sel]] = other + best
     const = -float(sum(np.sum(mu * b.y) for b, mu in zip(blocks, mus)))
     U = leaf.box(F)
     neg = p < 0
