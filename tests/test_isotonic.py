@@ -36,3 +36,76 @@ def test_chain_projection_and_multipliers():
     # v - x is in the normal cone: D^T o = v - x with o >= 0 on every edge
     for o in chains.multipliers(v - x):
         assert np.all(o >= -1e-12)
+
+
+# ------------------------------------------------------------------ exact L1 isotonic regression
+def _l1_reference(y, w, segs):
+    import cvxpy as cp
+    n = y.size
+    X = cp.Variable(n)
+    ends = np.r_[segs[1:], n]
+    cons = [X[a:b - 1] <= X[a + 1:b] for a, b in zip(segs, ends) if b - a > 1]
+    prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(w, cp.abs(X - y)))), cons)
+    prob.solve(solver=cp.HIGHS)
+    return prob.value
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_l1_isotonic_matches_highs(seed):
+    from cvxdp.solvers.isotonic import l1_isotonic
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    y = np.round(rng.normal(size=n) * 3 + np.arange(n) * rng.uniform(-0.5, 0.5), int(rng.integers(0, 3)))
+    w = rng.uniform(0.1, 3, n) if seed % 2 else np.ones(n)
+    segs = np.unique(np.r_[0, rng.integers(0, n, int(rng.integers(0, 4)))]) if n > 1 else np.array([0])
+    x = l1_isotonic(y, w, segs)
+    ends = np.r_[segs[1:], n]
+    for a, b in zip(segs, ends):
+        assert np.all(np.diff(x[a:b]) >= 0)
+    assert np.all(np.isin(x, y))                   # values among the data's
+    ref = _l1_reference(y, w, segs)
+    assert float(np.sum(w * np.abs(x - y))) == pytest.approx(ref, rel=1e-9, abs=1e-9)
+
+
+def test_l1_isotonic_known_answers():
+    from cvxdp.solvers.isotonic import l1_isotonic
+    np.testing.assert_array_equal(l1_isotonic(np.array([3.0, 1.0, 2.0]), np.ones(3)), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(l1_isotonic(np.array([1.0, 2.0, 3.0]), np.ones(3)), [1.0, 2.0, 3.0])
+    # a heavy point pulls its block to its value
+    np.testing.assert_array_equal(l1_isotonic(np.array([5.0, 1.0]), np.array([10.0, 1.0])), [5.0, 5.0])
+    assert l1_isotonic(np.zeros(0), np.zeros(0)).size == 0
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_vectorised_chain_dual_is_feasible_when_the_sequential_one_is(seed):
+    from cvxdp.solvers.isotonic import Chains, chain_dual, chain_dual_lowest
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 12))
+    L = rng.normal(size=n)
+    U = L + np.abs(rng.normal(size=n)) * (rng.random(n) < 0.7)
+    L[rng.random(n) < 0.1] = -np.inf
+    U[rng.random(n) < 0.1] = np.inf
+    ch = Chains([np.arange(n)], n)
+    a, b = chain_dual(ch, L, U, np.zeros(n)), chain_dual_lowest(ch, L, U)
+    assert (a is None) == (b is None)
+    if b is not None:
+        o = np.cumsum(b)[:-1]
+        assert np.all(b >= L - 1e-9) and np.all(b <= U + 1e-9) and np.all(o >= -1e-9)
+        assert abs(b.sum()) <= 1e-9
+
+
+@pytest.mark.parametrize("n", [2, 3, 50, 3000])
+def test_l1_under_order_solves_exactly_through_cvxpy(n):
+    import cvxpy as cp
+    import cvxdp
+    rng = np.random.default_rng(n)
+    y = rng.laplace(0, 10, n) + np.sort(rng.uniform(-20, 100, n))
+    x = cp.Variable(n)
+    prob = cp.Problem(cp.Minimize(cp.norm1(x - y)), [cvxdp.ordered(x), x >= 0])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    assert prob.status == "optimal"
+    assert prob.solver_stats.extra_stats["info"]["splitting"] == "L1 isotonic regression (exact)"
+    assert prob.solver_stats.extra_stats["duals_certified"]
+    ours = prob.value
+    prob.solve(solver=cp.HIGHS)
+    assert ours == pytest.approx(prob.value, rel=1e-9, abs=1e-9)

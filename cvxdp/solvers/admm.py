@@ -38,7 +38,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from . import histogram_tree
+from . import admm_isotonic, histogram_tree
 from . import result as R
 from ._table import IterationTable
 from .admm_certify import certify
@@ -85,6 +85,10 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
                                    callback=settings.callback)
         if res is not None:
             return res
+    if admm_isotonic.applies(data):
+        res = admm_isotonic.solve(data, settings)
+        if res.status == R.OPTIMAL:
+            return res                   # otherwise the iterations below settle it
     if data.lift is not None and not data.has_chains:
         return _solve_lifted(data, settings, x0, state)
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-__all__ = ["Chains", "pava"]
+__all__ = ["Chains", "pava", "l1_isotonic", "chain_dual_lowest"]
 
 
 def pava(v: np.ndarray, weights: np.ndarray | None = None, increasing: bool = True) -> np.ndarray:
@@ -20,6 +20,74 @@ def pava(v: np.ndarray, weights: np.ndarray | None = None, increasing: bool = Tr
     if v.size <= 1:
         return v.copy()
     return isotonic_regression(v, weights=weights, increasing=increasing).x
+
+
+def l1_isotonic(y: np.ndarray, w: np.ndarray, segments: np.ndarray | None = None) -> np.ndarray:
+    """Exact weighted L1 isotonic regression, ``argmin sum w |x - y|`` with ``x``
+    non-decreasing within each segment (``segments``: start offsets of consecutive segments
+    of ``y``; default one), by partitioning (Stout, "Isotonic regression via partitioning",
+    Algorithmica 66, 2013): some optimum takes its values among the data's, and for two
+    consecutive candidate values ``a < b`` the best non-decreasing ``{a, b}``-labelling of a
+    segment -- a single switch point, found from prefix sums of ``w (|b - y| - |a - y|)`` --
+    splits it into a part whose optimal values are ``<= a`` and one whose are ``>= b``.
+    Halving the candidate range each time, every round is a few vectorised passes over all
+    segments at once: ``O(n log n)``.  The switch is the first maximiser of the prefix sum
+    (any optimal labelling gives a valid split)."""
+    y = np.asarray(y, dtype=float)
+    w = np.asarray(w, dtype=float)
+    n = y.size
+    x = np.empty(n)
+    if n == 0:
+        return x
+    V = np.unique(y)
+    starts = np.array([0] if segments is None else segments, dtype=np.int64)
+    ends = np.r_[starts[1:], n]
+    lo = np.zeros(starts.size, dtype=np.int64)
+    hi = np.full(starts.size, V.size - 1, dtype=np.int64)
+    keep = ends > starts
+    starts, ends, lo, hi = starts[keep], ends[keep], lo[keep], hi[keep]
+    while starts.size:
+        done = lo == hi
+        if done.any():
+            ln = ends[done] - starts[done]
+            at = np.repeat(starts[done] - np.r_[0, np.cumsum(ln)[:-1]], ln) + np.arange(ln.sum())
+            x[at] = np.repeat(V[lo[done]], ln)
+        starts, ends, lo, hi = starts[~done], ends[~done], lo[~done], hi[~done]
+        if not starts.size:
+            break
+        s_new = _switch_points(y, w, V, starts, ends, (lo + hi) // 2)
+        mid = (lo + hi) // 2
+        left = s_new > starts
+        right = s_new < ends
+        starts = np.r_[starts[left], s_new[right]]
+        ends = np.r_[s_new[left], ends[right]]
+        lo, hi = np.r_[lo[left], mid[right] + 1], np.r_[mid[left], hi[right]]
+        order = np.argsort(starts, kind="stable")
+        starts, ends, lo, hi = starts[order], ends[order], lo[order], hi[order]
+    return x
+
+
+def _switch_points(y, w, V, starts, ends, mid):
+    """Per segment, the switch ``s`` of the best labelling (``<= V[mid]`` before ``s``,
+    ``>= V[mid + 1]`` from ``s`` on): the first maximiser over ``s in [start, end]`` of
+    ``P(s) = sum_{start <= i < s} w_i (|b - y_i| - |a - y_i|)`` negated, i.e. of the
+    savings of labelling the prefix low."""
+    lengths = ends - starts
+    idx = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
+    seg = np.repeat(np.arange(starts.size), lengths)
+    a, b = V[mid][seg], V[mid + 1][seg]
+    d = w[idx] * (np.abs(b - y[idx]) - np.abs(a - y[idx]))     # cost of high minus low
+    c = np.cumsum(d)
+    first = np.r_[0, np.cumsum(lengths)[:-1]]
+    before = np.r_[0.0, c][first]
+    P = c - np.repeat(before, lengths)                          # P(s) at s = position + 1
+    # candidates s = start (P = 0) and s = start + 1 .. end (P above)
+    best = np.maximum.reduceat(P, first)
+    zero_better = best <= 0.0
+    hit = P >= np.repeat(best, lengths)
+    pos = np.where(hit, np.arange(P.size), P.size)
+    arg = np.minimum.reduceat(pos, first) - first
+    return np.where(zero_better, starts, starts + arg + 1)
 
 
 class Chains:
@@ -125,4 +193,39 @@ def chain_dual(chains: Chains, L: np.ndarray, U: np.ndarray, lam_ref: np.ndarray
             out[j - 1] = o_j - o_prev
             o_prev = o_j
         lam[c] = out
+    return lam
+
+
+def chain_dual_lowest(chains: Chains, L: np.ndarray, U: np.ndarray) -> np.ndarray | None:
+    """:func:`chain_dual` without a reference point, vectorised: on each chain the lowest
+    running sums ``o_j`` the box allows.  The backward bounds are closed forms -- ``hi`` a
+    reverse cumulative sum of ``-L``, ``lo`` the Lindley recursion
+    ``lo_{j-1} = max(lo_j - U_{j-1}, 0)``, i.e. ``lo_j = max(0, R_j - min_{t > j} R_t)`` with
+    ``R`` the reverse cumulative sum of ``-U`` -- and the forward choice
+    ``o_j = max(lo_j, o_{j-1} + L_{j-1})`` is a running maximum of ``lo_t - CL_t`` shifted by
+    ``CL_j``, ``CL`` the cumulative sum of ``L``.  ``None`` if no multiplier fits the box."""
+    lam = np.zeros(chains.n)
+    span = float(np.max(np.abs(np.r_[L[np.isfinite(L)], U[np.isfinite(U)]]), initial=1.0))
+    slack = 1e-9 * span
+    for c in chains.chains:
+        k = c.size
+        Lc, Uc = L[c], U[c]
+        # an infinite side of the box (a bound's multiplier can absorb anything) acts like one
+        # larger than every finite sum: it resets lo to 0 and puts hi out of reach
+        fin = np.r_[Lc[np.isfinite(Lc)], Uc[np.isfinite(Uc)]]
+        big = 2.0 * (1.0 + float(np.abs(fin).sum()))
+        Lc = np.where(np.isfinite(Lc), Lc, -big)
+        Uc = np.where(np.isfinite(Uc), Uc, big)
+        R = np.r_[np.cumsum((-Uc)[::-1])[::-1], 0.0]            # R_j, j = 0 .. k
+        tail_min = np.minimum.accumulate(R[::-1])[::-1]          # min_{t >= j} R_t
+        lo = np.maximum(0.0, R[:-1] - tail_min[1:])              # j = 0 .. k-1
+        hi = np.cumsum((-Lc)[::-1])[::-1]                        # j = 0 .. k-1
+        if np.any(lo > hi + slack) or lo[0] > slack:
+            return None
+        CL = np.r_[0.0, np.cumsum(Lc)[:-1]]                      # CL_j, j = 0 .. k-1
+        start = lo.copy()
+        start[0] = 0.0                                           # o_0 = 0
+        o = CL + np.maximum.accumulate(start - CL)
+        o = np.r_[o, 0.0]                                        # o_k = 0
+        lam[c] = np.diff(o)
     return lam
