@@ -23,7 +23,7 @@ from .constraints import consistent
 from .dispatch import ADMM
 from .losses import elastic_net, nll
 
-__all__ = ["run_tour", "TourRow", "adult_dir"]
+__all__ = ["run_tour", "TourRow", "adult_dir", "format_header", "format_row", "format_rows"]
 
 # The reference solver runs with tight tolerances so that the gap column measures
 # cvxdp's accuracy, not Clarabel's (its defaults stop ~1e-6 off on these problems).
@@ -100,9 +100,9 @@ def _hierarchy_rows(n_leaves: int, eps: float) -> list[TourRow]:
     ]
 
 
-def _table_rows() -> list[TourRow]:
+def _table_rows(fast: bool = False) -> list[TourRow]:
     d = adult_dir()
-    attrs = ["workclass", "race", "sex", "relationship", "income>50K"]
+    attrs = ["workclass", "race", "sex", "relationship", "income>50K"][: 3 if fast else 5]
     if d is not None:
         import json
         domain = json.loads((d / "adult-domain.json").read_text())
@@ -111,7 +111,7 @@ def _table_rows() -> list[TourRow]:
         counts = np.bincount(np.ravel_multi_index(cols.T, sizes), minlength=int(np.prod(sizes)))
         label = "Adult table"
     else:
-        sizes = (9, 5, 2, 6, 2)
+        sizes = (9, 5, 2, 6, 2)[: len(attrs)]
         counts = _sparse_counts(int(np.prod(sizes)), np.random.default_rng(3)) * 20
         label = "synthetic table"
     counts = counts.astype(float)
@@ -134,9 +134,9 @@ def _read_columns(path: Path, attrs: list[str]) -> np.ndarray:
     return np.loadtxt(path, delimiter=",", skiprows=1, usecols=idx, dtype=np.int64)
 
 
-def _sorted_rows() -> list[TourRow]:
+def _sorted_rows(fast: bool = False) -> list[TourRow]:
     rng = np.random.default_rng(4)
-    degrees = np.sort(np.floor(rng.pareto(1.2, 2000) * 3))
+    degrees = np.sort(np.floor(rng.pareto(1.2, 300 if fast else 2000) * 3))
     noisy = degrees + rng.laplace(scale=2.0, size=degrees.size)
 
     def make():
@@ -200,23 +200,39 @@ def _marginal_rows(fast: bool) -> list[TourRow]:
     return [row]
 
 
-def run_tour(fast: bool = False) -> list[TourRow]:
-    """Build and solve every row; ``fast`` shrinks the sizes (for tests)."""
+def run_tour(fast: bool = False, on_row: Callable[[TourRow], None] | None = None) -> list[TourRow]:
+    """Build and solve every row; ``fast`` shrinks every size (for tests and a quick look);
+    ``on_row`` is called with each row as soon as it is solved."""
+    groups = [lambda: _hierarchy_rows(2 ** (8 if fast else 14), 1.0),
+              lambda: _table_rows(fast),
+              lambda: _sorted_rows(fast),
+              lambda: _fitness_rows(8 if fast else 16),
+              lambda: _marginal_rows(fast)]
     rows = []
-    rows += _hierarchy_rows(2 ** (8 if fast else 14), 1.0)
-    rows += _table_rows()
-    rows += _sorted_rows()
-    rows += _fitness_rows(8 if fast else 16)
-    rows += _marginal_rows(fast)
+    for group in groups:
+        for row in group():
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
     return rows
 
 
+# column widths: wide enough for every method and reference name
+_W_METHOD = max(len(m) for m in ("ADMM", "MIRROR_DESCENT", "NEWTON_CG"))
+_W_REF = max(len(r) for r in (cp.CLARABEL, cp.HIGHS, cp.OSQP, cp.SCS))
+
+
+def format_header() -> str:
+    head = (f"{'problem':<40s} {'size':>16s} {'method':>{_W_METHOD}s} {'objective':>16s} {'gap':>9s} "
+            f"{'time [s]':>9s} {'reference':>{max(_W_REF, 9)}s} {'ref [s]':>8s} {'speed-up':>8s}")
+    return head + "\n" + "-" * len(head)
+
+
+def format_row(r: TourRow) -> str:
+    return (f"{r.problem:<40s} {r.size:>16s} {r.method:>{_W_METHOD}s} {r.objective:>16.8g} "
+            f"{r.gap:>9.1e} {r.time:>9.3f} {r.reference:>{max(_W_REF, 9)}s} {r.reference_time:>8.3f} "
+            f"{r.speedup:>7.1f}x")
+
+
 def format_rows(rows: list[TourRow]) -> str:
-    head = (f"{'problem':<34s} {'size':>16s} {'method':>9s} {'objective':>16s} {'gap':>9s} "
-            f"{'time [s]':>9s} {'reference':>10s} {'ref [s]':>8s} {'speed-up':>8s}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r.problem:<34s} {r.size:>16s} {r.method:>9s} {r.objective:>16.8g} "
-                     f"{r.gap:>9.1e} {r.time:>9.3f} {r.reference:>10s} {r.reference_time:>8.3f} "
-                     f"{r.speedup:>7.1f}x")
-    return "\n".join(lines)
+    return "\n".join([format_header()] + [format_row(r) for r in rows])
