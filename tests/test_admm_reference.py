@@ -131,7 +131,9 @@ def test_sorted_histogram_order_constraints(loss):
     obj = cp.norm1(x - noisy) if loss == "l1" else cp.sum_squares(x - noisy)
     prob = cp.Problem(cp.Minimize(obj), [x[:-1] <= x[1:], x >= 0])
     check_against(prob, unique=(loss == "l2"))
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "separable/order"
+    # L1 under order chains is solved exactly (L1 isotonic regression), L2 by the ADMM
+    want = "L1 isotonic regression (exact)" if loss == "l1" else "separable/order"
+    assert prob.solver_stats.extra_stats["info"]["splitting"] == want
 
 
 def test_groups_with_different_scales_and_repeated_measurements():

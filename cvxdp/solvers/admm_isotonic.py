@@ -59,7 +59,7 @@ def solve(data: ConsistencyData, settings: ADMMSettings) -> R.SolverResult:
     w = separable_loss_multiplier(data, constraint_gradient(data, duals))
     lower = lagrangian_bound(data, duals, w)
     res = R.SolverResult(x=x, status=R.OPTIMAL, objective=fval, lower_bound=lower, duals=duals,
-                         iterations=0, primal_residual=max(data.chains.violation(x), 0.0),
+                         iterations=1, primal_residual=max(data.chains.violation(x), 0.0),
                          info={"splitting": "L1 isotonic regression (exact)"})
     res = certify(data, res, settings, w)
     res.solve_time = time.perf_counter() - t0
