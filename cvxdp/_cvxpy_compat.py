@@ -15,7 +15,7 @@ import cvxpy.settings as s
 from cvxpy.problems.problem import SolverStats
 from cvxpy.reductions.solution import Solution
 
-__all__ = ["write_solution", "PRIVATE_ATTRIBUTES"]
+__all__ = ["write_solution", "annotate_extra_stats", "PRIVATE_ATTRIBUTES"]
 
 #: the private attributes of ``cp.Problem`` this module writes
 PRIVATE_ATTRIBUTES = ("_solver_stats", "_solve_time", "_compilation_time")
@@ -50,3 +50,12 @@ def write_solution(problem: cp.Problem, *, status: str, opt_val: float,
     problem._solver_stats = SolverStats.from_dict(attr, solver_name)
     problem._solve_time = solve_time
     problem._compilation_time = compilation_time
+
+
+def annotate_extra_stats(problem: cp.Problem, extra: dict[str, Any]) -> None:
+    """After a standard solver's own ``Problem.solve``: ``solver_stats.extra_stats`` becomes a
+    dict with ``extra`` and, under ``"solver"``, what the solver reported there."""
+    stats = problem.solver_stats
+    if stats is None:
+        return
+    stats.extra_stats = {**extra, "solver": stats.extra_stats}

@@ -1,8 +1,10 @@
 """``prob.solve(method="cvxdp", solver=...)``: recognise -> extract -> solve -> write back.
 
 ``solver`` is a cvxdp method name (:data:`ADMM`) or any cvxpy solver name, which
-is passed straight to ``Problem.solve``.  ``solver=None`` picks the first cvxdp
-method that recognises the problem.  A problem the chosen method does not
+is passed straight to ``Problem.solve``.  ``solver=None`` takes the first cvxdp
+method that recognises the problem, then :mod:`cvxdp.cost_model` decides between it and
+Clarabel by their expected times (small problems go to Clarabel); the choice and why are in
+``solver_stats.extra_stats["choice"]``.  A problem the chosen method does not
 recognise raises :class:`cvxdp.NotRecognised`; ``fallback=cp.CLARABEL`` opts in
 to solving it with a standard solver instead.
 """
@@ -16,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 import cvxpy as cp
 
-from ._cvxpy_compat import write_solution
+from . import cost_model
+from ._cvxpy_compat import annotate_extra_stats, write_solution
 from .errors import NotRecognised
 from .input_check import check_problem_data
 from .interfaces import certify
@@ -65,7 +68,9 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     Parameters
     ----------
     solver : ``cvxdp.ADMM``, ``cvxdp.MIRROR_DESCENT``, ``cvxdp.NEWTON_CG``, any cvxpy solver
-        name, or ``None`` (the first cvxdp method that recognises the problem).
+        name, or ``None``: the first cvxdp method that recognises the problem, or Clarabel
+        where the cost model (:mod:`cvxdp.cost_model`) expects it to be faster (small
+        problems).  A method's own options, ``callback`` or ``verify`` keep the cvxdp method.
     fallback : a cvxpy solver to use when no cvxdp method recognises the problem.
     verify : a cvxpy solver that re-solves the problem after a cvxdp method; the
         objective gap and the largest difference in variable values are recorded
@@ -108,15 +113,20 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     if chosen is None:
         return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
     settings = chosen.options.parse(given)
+    choice = _choose(solver, chosen, extraction, kwargs, callback, verify)
     compile_time = time.perf_counter() - t0
     if verbose:
         _ensure_handler()
-        LOGGER.info("cvxdp: %s recognised the problem (%.3f s)", chosen.name, compile_time)
+        LOGGER.info("cvxdp: %s recognised the problem (%.3f s); %s: %s", chosen.name,
+                    compile_time, choice["solver"], choice["reason"])
+    if choice["solver"] != chosen.name:
+        return _solve_standard(problem, choice, warm_start, verbose, max_iters=max_iters,
+                               eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
     digest = fingerprint(problem)           # Parameter values are hashed once per solve
     cached = CACHE.get(problem, chosen.name, digest) if settings.warm_start else None
     outcome = chosen.solve(problem, extraction, settings, cached=cached)
     CACHE.put(problem, chosen.name, outcome.state, digest)
-    _finish(problem, chosen.name, outcome, settings, compile_time)
+    _finish(problem, chosen.name, outcome, settings, compile_time, choice)
     if verbose:
         LOGGER.info("cvxdp: status %s, objective %.10g", problem.status, problem.value)
     return problem.value
@@ -142,7 +152,30 @@ def _recognise(problem: cp.Problem, method: Method | None, fallback, verbose):
                         "; ".join(e.found for e in errors))
 
 
-def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_time) -> None:
+def _choose(solver, chosen: Method, extraction, kwargs: dict, callback, verify) -> dict:
+    """``extra_stats["choice"]``: a named method is never second-guessed; for ``solver=None``
+    the cost model decides, unless an option only the cvxdp method understands was given."""
+    if solver is not None:
+        return {"solver": chosen.name, "reason": f"solver={solver!r} given"}
+    own = sorted(k for k in kwargs if k in chosen.options.own)
+    pinned = (f"option(s) {own} of {chosen.name} given" if own
+              else "callback given" if callback is not None
+              else f"verify={verify!r} given" if verify is not None else None)
+    return cost_model.choose(chosen.name, extraction, pinned=pinned).as_dict()
+
+
+def _solve_standard(problem: cp.Problem, choice: dict, warm_start: bool, verbose: bool,
+                    **shared) -> float:
+    """``solver=None`` chose a standard solver: cvxpy's own solve with the shared options in
+    that solver's names; its status and statistics are cvxpy's, plus ``extra_stats["choice"]``."""
+    value = problem.solve(solver=choice["solver"], warm_start=warm_start, verbose=verbose,
+                          **cost_model.standard_options(**shared))
+    annotate_extra_stats(problem, {"choice": choice})
+    return value
+
+
+def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_time,
+            choice: dict) -> None:
     """Certify the outcome in cvxpy's terms (:mod:`cvxdp.interfaces.certify`), then write
     it back with the shared ``extra_stats``."""
     present = outcome.status in SOLUTION_PRESENT and bool(outcome.primal)
@@ -161,7 +194,7 @@ def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_
         verify = _verify(problem, settings.verify, outcome.primal, objective)
     extra = extra_stats(name, outcome, objective=objective, gap=gap,
                         primal_residual=check.violation if check is not None else math.inf,
-                        reason=why or outcome.reason, verify=verify)
+                        reason=why or outcome.reason, verify=verify, choice=choice)
     write_solution(problem, status=status, opt_val=objective, primal_vars=outcome.primal,
                    dual_vars=duals, solver_name=name, solve_time=outcome.solve_time,
                    setup_time=outcome.setup_time, num_iters=outcome.iterations,

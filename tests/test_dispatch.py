@@ -28,10 +28,12 @@ def test_registered_and_callable_both_ways():
     assert p1.status == cp.OPTIMAL and v1 == pytest.approx(p1.value)
 
 
-def test_solver_none_picks_admm_and_names_are_case_insensitive():
+def test_solver_none_chooses_by_cost_and_names_are_case_insensitive():
     p, _ = small_tree_problem()
     p.solve(method="cvxdp")
-    assert p.solver_stats.solver_name == cvxdp.ADMM
+    choice = p.solver_stats.extra_stats["choice"]
+    assert p.solver_stats.solver_name == choice["solver"] in (cvxdp.ADMM, cp.CLARABEL)
+    assert p.status == cp.OPTIMAL
     p.solve(method="cvxdp", solver="admm")
     assert p.solver_stats.solver_name == cvxdp.ADMM
 

@@ -523,11 +523,13 @@ def test_polish_multiplier_is_orthogonal_to_consistent_directions():
     assert np.max(np.abs(G.project(mu, 0.0))) <= 1e-8 * max(1.0, np.max(np.abs(mu)))
 
 
-def test_default_method_picks_admm():
+def test_default_method_is_admm_or_clarabel_by_cost():
     inst = make(33, [2, 2], [(0,), (0, 1)], loss="l2")
     inst.prob.solve(method="cvxdp")
     assert inst.prob.status == cp.OPTIMAL
-    assert inst.prob.solver_stats.extra_stats["method"] == "CVXDP_ADMM"
+    choice = inst.prob.solver_stats.extra_stats["choice"]
+    assert choice["family"] == "local_polytope/l2"
+    assert inst.prob.solver_stats.solver_name == choice["solver"] in ("CVXDP_ADMM", cp.CLARABEL)
 
 
 def test_verify_records_the_difference():

@@ -12,7 +12,7 @@ def test_tour_rows_agree_with_the_reference():
         assert abs(r.gap) <= 1e-5, (r.problem, r.gap)
         assert r.time > 0 and r.reference_time > 0
     text = format_rows(rows)
-    assert "speed-up" in text and "ADMM" in text
+    assert "speed-up" in text and all(r.method in text for r in rows)
 
 
 def test_tour_command_runs():
@@ -41,4 +41,5 @@ def test_rows_stream_and_columns_align():
     assert seen == rows
     width = len(format_header().splitlines()[0])
     assert all(len(format_row(r)) == width for r in rows)
-    assert {r.method for r in rows} >= {"ADMM", "NEWTON_CG", "MIRROR_DESCENT"}
+    # solver=None: each row's cvxdp method or Clarabel, as the cost model chose
+    assert {r.method for r in rows} <= {"ADMM", "NEWTON_CG", "MIRROR_DESCENT", "CLARABEL"}

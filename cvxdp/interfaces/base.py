@@ -63,16 +63,18 @@ class Method(Protocol):
 #: the keys of ``solver_stats.extra_stats`` after any cvxdp method, in this order
 EXTRA_STATS_KEYS = ("method", "objective", "lower_bound", "gap", "primal_residual",
                     "dual_residual", "iterations", "setup_time", "solve_time", "history",
-                    "duals_certified", "warm_started", "reason", "verify", "info")
+                    "duals_certified", "warm_started", "reason", "verify", "choice", "info")
 
 
 def extra_stats(method: str, outcome: Outcome, *, objective: float, gap: float,
-                primal_residual: float, reason: str, verify: dict | None) -> dict[str, Any]:
-    """The one ``extra_stats`` table every method reports (same keys, same meanings)."""
+                primal_residual: float, reason: str, verify: dict | None,
+                choice: dict | None = None) -> dict[str, Any]:
+    """The one ``extra_stats`` table every method reports (same keys, same meanings);
+    ``choice`` is what ``solver=None`` chose and why (:mod:`cvxdp.cost_model`)."""
     return {"method": method, "objective": objective, "lower_bound": outcome.lower_bound,
             "gap": gap, "primal_residual": primal_residual,
             "dual_residual": outcome.dual_residual, "iterations": outcome.iterations,
             "setup_time": outcome.setup_time, "solve_time": outcome.solve_time,
             "history": outcome.history, "duals_certified": outcome.duals_certified,
             "warm_started": outcome.warm_started, "reason": reason, "verify": verify,
-            "info": outcome.info}
+            "choice": choice, "info": outcome.info}

@@ -42,6 +42,7 @@ class ConsistencyData:
     lift: Any = None                 # tree.TreeQueries when M is a hierarchy's query matrix
     shape: tuple | None = None       # (units, cells) when x is one (n, k) variable
     _separable: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def objective(self, x: np.ndarray) -> float:
         r = self.M @ x - self.y
@@ -62,6 +63,17 @@ class ConsistencyData:
         if self._separable is None or self._separable[0] != key:
             self._separable = (key, _separable_loss(self))
         return self._separable[1]
+
+
+def memoised(data: ConsistencyData, name: str, compute):
+    """``compute(data)`` once per ``name`` while the arrays stay the same objects (the
+    structure detections that both :mod:`cvxdp.cost_model` and the solver read)."""
+    key = (id(data.M), id(data.y), id(data.w1), id(data.w2), id(data.lower), id(data.upper),
+           id(data.A), id(data.b), id(data.chains), data.shape)
+    hit = data._memo.get(name)
+    if hit is None or hit[0] != key:
+        hit = data._memo[name] = (key, compute(data))
+    return hit[1]
 
 
 def _separable_loss(data: ConsistencyData) -> SeparableLoss | None:

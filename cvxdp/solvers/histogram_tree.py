@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import result as R
+from .admm_problem import memoised
 from .tree import Forest
 from .tree_gls import Block, Invariant, TreeGLS
 from .tree_l1 import solve_l1
@@ -61,7 +62,14 @@ class HistogramTree:
 
 
 def detect(data, shape: tuple[int, int] | None) -> HistogramTree | None:
-    """The structure of the module docstring, or ``None`` (then the general ADMM runs)."""
+    """The structure of the module docstring, or ``None`` (then the general ADMM runs);
+    read once per problem (``solver=None``'s cost model reads it before the solver)."""
+    if shape == data.shape:
+        return memoised(data, "histogram_tree", lambda d: _detect(d, shape))
+    return _detect(data, shape)
+
+
+def _detect(data, shape: tuple[int, int] | None) -> HistogramTree | None:
     if shape is None or len(shape) != 2 or data.has_chains or data.A is None:
         return None
     n, k = int(shape[0]), int(shape[1])

@@ -1,0 +1,158 @@
+"""``solver=None``: the cvxdp method or a standard solver, whichever is expected to be faster.
+
+At small sizes an interior-point solver (Clarabel) beats the custom methods: their certified
+stopping rule, dual repair and recognition cost a fixed few milliseconds, and an interior point
+needs few iterations on a small problem.  At large sizes the custom methods win by orders of
+magnitude.  The crossover depends on the family, so the model is per family: ``log t = a + b
+log size`` for the cvxdp method and for Clarabel, fitted to measurements on this kind of
+machine (2 cores) by ``benchmarks/cost_model.py`` (its output:
+``benchmarks/results/cost_model.txt``).  Sizes are the number of unknowns the method works on:
+variables for ADMM, table cells for the polytopes, the domain size for fitness for use.
+
+Families solved exactly in closed form or with no iteration (the exact L1 isotonic path) always
+take the cvxdp method.  The choice and the two estimates are recorded in
+``solver_stats.extra_stats["choice"]`` and logged when ``verbose``; ``solver=cvxdp.ADMM`` (any
+explicit method) is never second-guessed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import cvxpy as cp
+
+__all__ = ["Choice", "choose", "size_of", "standard_options", "FITS", "MARGIN", "STANDARD"]
+
+#: family/loss -> (a, b) of ``log t = a + b log size`` (seconds, whole ``prob.solve`` calls)
+#: for the cvxdp method, then (c, d) for Clarabel, measured on a 2-core machine
+#: (``benchmarks/results/cost_model.txt``)
+FITS: dict[str, tuple[float, float, float, float]] = {
+    "admm_tree/l1": (-6.588, 0.479, -10.33, 0.995),
+    "admm_tree/l2": (-7.495, 0.483, -9.833, 0.916),
+    "admm_tree/mixed": (-7.768, 0.733, -9.418, 0.943),
+    "admm_general/l1": (-4.087, 0.272, -8.893, 0.827),
+    "admm_general/l2": (-5.973, 0.541, -9.057, 0.833),
+    "admm_general/mixed": (-5.106, 0.418, -8.956, 0.875),
+    "histogram_tree/l1": (-6.915, 0.645, -11.951, 1.136),
+    "histogram_tree/l2": (-8.693, 0.592, -11.072, 1.011),
+    "marginal_polytope/l1": (-4.487, 0.192, -8.291, 0.711),
+    "marginal_polytope/l2": (-5.487, 0.355, -7.683, 0.626),
+    "local_polytope/l1": (-3.427, 0.021, -7.219, 0.603),
+    "local_polytope/l2": (-4.556, 0.09, -7.114, 0.585),
+    "newton_cg": (-4.326, -0.017, -7.747, 2.544),
+}
+#: families the cvxdp method solves directly (no iterations): always the cvxdp method
+EXACT = ("exact_isotonic", "exact_gls")
+#: the cvxdp method must be expected this much slower before a standard solver is chosen
+#: (1: whichever is expected faster; near the crossover both take about the same time)
+MARGIN = 1.0
+#: the standard solver ``solver=None`` hands problems to
+STANDARD = cp.CLARABEL
+
+
+@dataclass
+class Choice:
+    """What ``solver=None`` chose: ``solver`` (a cvxdp method or a cvxpy solver name), the
+    ``family`` and ``size`` it read, the two estimated times and why."""
+
+    solver: str
+    family: str
+    size: int
+    estimate_cvxdp: float
+    estimate_standard: float
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"solver": self.solver, "family": self.family, "size": self.size,
+                "estimate_cvxdp": self.estimate_cvxdp, "estimate_standard": self.estimate_standard,
+                "standard": STANDARD, "reason": self.reason}
+
+
+def choose(method_name: str, extraction, *, pinned: str | None = None) -> Choice:
+    """The choice for a problem ``method_name`` recognised (its ``extraction``).  ``pinned``
+    (why the user's options need the cvxdp method, e.g. one of its own options was given)
+    keeps the cvxdp method whatever the estimates say."""
+    family, size = _family(method_name, extraction)
+    if family in EXACT:
+        return Choice(method_name, family, size, math.nan, math.nan,
+                      f"{family}: solved exactly by {method_name}, no iterations")
+    if family not in FITS:
+        return Choice(method_name, family, size, math.nan, math.nan,
+                      f"{family}: no measurements; {method_name} kept")
+    a, b, c, d = FITS[family]
+    s = max(size, 1)
+    t_c = math.exp(a + b * math.log(s))
+    t_s = math.exp(c + d * math.log(s))
+    if pinned:
+        return Choice(method_name, family, size, t_c, t_s, pinned)
+    if t_c > MARGIN * t_s:
+        return Choice(STANDARD, family, size, t_c, t_s,
+                      f"{family} at size {size:,}: {STANDARD} expected {t_s:.3g} s against "
+                      f"{method_name}'s {t_c:.3g} s")
+    return Choice(method_name, family, size, t_c, t_s,
+                  f"{family} at size {size:,}: {method_name} expected {t_c:.3g} s against "
+                  f"{STANDARD}'s {t_s:.3g} s")
+
+
+def standard_options(*, max_iters: int | None, eps_abs: float | None, eps_rel: float | None,
+                     time_limit: float | None) -> dict:
+    """The shared options in Clarabel's names.  ``eps_rel`` bounds ``(f - L) / max(1, |f|)``:
+    Clarabel stops when the absolute gap is below ``tol_gap_abs`` or the relative one below
+    ``tol_gap_rel``, so both take ``eps_rel``; ``eps_abs`` (the constraint violation) is its
+    ``tol_feas`` (relative to the data's norms in Clarabel).  ``None`` keeps Clarabel's
+    defaults (1e-8)."""
+    out: dict = {}
+    if max_iters is not None:
+        out["max_iter"] = int(max_iters)
+    if time_limit is not None and math.isfinite(time_limit):
+        out["time_limit"] = float(time_limit)
+    if eps_rel is not None:
+        out["tol_gap_abs"] = out["tol_gap_rel"] = float(eps_rel)
+    if eps_abs is not None:
+        out["tol_feas"] = float(eps_abs)
+    return out
+
+
+def size_of(method_name: str, problem: cp.Problem) -> tuple[str, int]:
+    """The family and size the model reads for ``problem`` under ``method_name``."""
+    from .dispatch import _method_for
+    m = _method_for(method_name)
+    return _family(m.name, m.recognise(problem))
+
+
+def _family(method_name: str, ext) -> tuple[str, int]:
+    """``(family/loss, size)``: the structure the method will exploit, the loss kind
+    (``l1``, ``l2`` or ``mixed``) and the number of unknowns it works on."""
+    from .recognise.l1_consistency import Extraction
+    from .recognise.marginal_polytope import MarginalExtraction
+    from .recognise.fitness import FitnessExtraction
+    if isinstance(ext, FitnessExtraction):
+        return "newton_cg", int(ext.B.shape[0])
+    if isinstance(ext, MarginalExtraction):
+        loss = "l2" if ext.loss.smooth else "l1"
+        if hasattr(ext.constraint, "tree"):
+            return f"marginal_polytope/{loss}", int(sum(ext.constraint.tree.cells))
+        return f"local_polytope/{loss}", int(ext.constraint.graph.n)
+    if isinstance(ext, Extraction):
+        return _admm_family(ext.data), int(ext.data.n)
+    return "unknown", 0
+
+
+def _admm_family(data) -> str:
+    from .solvers import admm_isotonic, histogram_tree
+    from .solvers.tree import forest_from_rows
+    l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
+    loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
+    if admm_isotonic.applies(data):
+        return "exact_isotonic"
+    tree = histogram_tree.detect(data, data.shape)
+    if tree is not None:
+        if not tree.l1 and not tree.nonneg:
+            return "exact_gls"
+        return f"histogram_tree/{loss}"
+    if data.lift is not None or data.forest_hint is not None:
+        return f"admm_tree/{loss}"
+    if data.has_eq and forest_from_rows(data.A, data.b) is not None:
+        return f"admm_tree/{loss}"
+    return f"admm_general/{loss}"

@@ -1,0 +1,151 @@
+"""``solver=None``: the cost model's choice between the cvxdp method and Clarabel.
+
+The fitted numbers are machine measurements, so the tests pin the *behaviour* around them:
+the choice follows the two estimates (forced both ways by patching the fits), is recorded
+with its reason, never overrides a named solver or a method's own options, and a problem
+handed to Clarabel is solved as ``problem.solve(solver=CLARABEL)`` would solve it.
+"""
+import logging
+import math
+
+import numpy as np
+import pytest
+import cvxpy as cp
+
+import cvxdp
+from cvxdp import cost_model
+from conftest import sparse_counts
+
+
+def tree_problem(n_leaves=16, seed=0):
+    rng = np.random.default_rng(seed)
+    tree = cvxdp.workloads.hierarchy(n_leaves, 2)
+    y = cvxdp.mechanisms.laplace(tree.queries, sparse_counts(n_leaves, rng), epsilon=1.0, rng=seed)
+    x = cp.Variable(tree.n_nodes)
+    return cp.Problem(cp.Minimize(cvxdp.nll(y, x)), [cvxdp.consistent(tree, x), x >= 0])
+
+
+@pytest.fixture
+def fits(monkeypatch):
+    """Replace the fits of one family: ``force(family, standard_faster)``."""
+    def force(family, standard_faster):
+        slow, fast = (0.0, 1.0), (-20.0, 0.1)
+        a, b = slow if standard_faster else fast
+        c, d = fast if standard_faster else slow
+        monkeypatch.setitem(cost_model.FITS, family, (a, b, c, d))
+    return force
+
+
+def test_the_choice_follows_the_estimates_both_ways(fits):
+    fits("admm_tree/l1", standard_faster=True)
+    prob = tree_problem()
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert prob.solver_stats.solver_name == cp.CLARABEL == choice["solver"]
+    assert choice["family"] == "admm_tree/l1" and choice["size"] > 0
+    assert choice["estimate_cvxdp"] > cost_model.MARGIN * choice["estimate_standard"]
+    assert cp.CLARABEL in choice["reason"] and prob.status == cp.OPTIMAL
+    via_clarabel = prob.value
+
+    fits("admm_tree/l1", standard_faster=False)
+    prob = tree_problem()
+    prob.solve(method="cvxdp")
+    es = prob.solver_stats.extra_stats
+    assert prob.solver_stats.solver_name == cvxdp.ADMM == es["choice"]["solver"]
+    assert es["choice"]["estimate_cvxdp"] < es["choice"]["estimate_standard"]
+    assert prob.value == pytest.approx(via_clarabel, rel=1e-6)
+
+
+def test_a_named_solver_is_never_second_guessed(fits):
+    fits("admm_tree/l1", standard_faster=True)
+    prob = tree_problem()
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    es = prob.solver_stats.extra_stats
+    assert prob.solver_stats.solver_name == cvxdp.ADMM
+    assert es["choice"]["solver"] == cvxdp.ADMM and "given" in es["choice"]["reason"]
+
+
+@pytest.mark.parametrize("given, why", [(dict(rho=1.0), "rho"),
+                                        (dict(callback=lambda info: False), "callback"),
+                                        (dict(verify=cp.CLARABEL), "verify")])
+def test_options_of_the_method_keep_the_method(fits, given, why):
+    fits("admm_tree/l1", standard_faster=True)
+    prob = tree_problem()
+    prob.solve(method="cvxdp", **given)
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert prob.solver_stats.solver_name == cvxdp.ADMM == choice["solver"]
+    assert why in choice["reason"]
+
+
+def test_bad_options_and_bad_data_fail_before_clarabel_is_chosen(fits):
+    fits("admm_tree/l1", standard_faster=True)
+    with pytest.raises(ValueError, match="eps_rel"):
+        tree_problem().solve(method="cvxdp", eps_rel=-1.0)
+    with pytest.raises(ValueError, match="unknown option"):
+        tree_problem().solve(method="cvxdp", tol_gap_rel=1e-3)
+    x = cp.Variable(3)
+    bad = cp.Problem(cp.Minimize(cp.norm1(x - np.array([1.0, np.nan, 2.0]))), [x[:-1] <= x[1:]])
+    with pytest.raises(ValueError, match="nan|NaN"):
+        bad.solve(method="cvxdp")
+
+
+def test_shared_options_reach_clarabel_in_its_names(fits):
+    opts = cost_model.standard_options(max_iters=7, eps_abs=1e-5, eps_rel=1e-4, time_limit=3.0)
+    assert opts == dict(max_iter=7, time_limit=3.0, tol_gap_abs=1e-4, tol_gap_rel=1e-4,
+                        tol_feas=1e-5)
+    assert cost_model.standard_options(max_iters=None, eps_abs=None, eps_rel=None,
+                                       time_limit=math.inf) == {}
+    fits("admm_tree/l1", standard_faster=True)
+    prob = tree_problem()
+    prob.solve(method="cvxdp", max_iters=1)          # Clarabel cannot finish in one iteration
+    assert prob.solver_stats.solver_name == cp.CLARABEL
+    assert prob.status not in (cp.OPTIMAL,)
+    assert prob.solver_stats.extra_stats["choice"]["solver"] == cp.CLARABEL
+
+
+def test_exact_families_always_take_the_cvxdp_method(fits):
+    rng = np.random.default_rng(3)
+    y = np.sort(rng.normal(size=50)) + rng.laplace(size=50)
+    x = cp.Variable(50)
+    prob = cp.Problem(cp.Minimize(cp.norm1(x - y)), [x[:-1] <= x[1:]])
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert choice["family"] == "exact_isotonic" and math.isnan(choice["estimate_cvxdp"])
+    assert prob.solver_stats.solver_name == cvxdp.ADMM and prob.status == cp.OPTIMAL
+
+
+def test_verbose_says_what_was_chosen_and_why(fits, caplog):
+    fits("admm_tree/l1", standard_faster=True)
+    with caplog.at_level(logging.INFO, logger="cvxdp"):
+        tree_problem().solve(method="cvxdp", verbose=True)
+    text = caplog.text
+    assert "recognised the problem" in text and "admm_tree/l1" in text and cp.CLARABEL in text
+
+
+@pytest.mark.parametrize("make, family", [
+    (lambda: tree_problem(), "admm_tree/l1"),
+    (lambda: _marginal(cvxdp.MarginalPolytope, "l2"), "marginal_polytope/l2"),
+    (lambda: _marginal(cvxdp.LocalPolytope, "l1"), "local_polytope/l1"),
+    (lambda: cvxdp.fitness_problem(cvxdp.workloads.prefix(4), np.ones(4)).problem, "newton_cg"),
+])
+def test_every_family_it_reads_has_a_fit(make, family):
+    prob = make()
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert choice["family"] == family and family in cost_model.FITS
+    assert np.isfinite(choice["estimate_cvxdp"]) and np.isfinite(choice["estimate_standard"])
+    assert prob.solver_stats.solver_name == choice["solver"] and prob.status == cp.OPTIMAL
+
+
+def _marginal(constraint, loss):
+    rng = np.random.default_rng(7)
+    dom = cvxdp.Domain({"a": 3, "b": 2, "c": 4})
+    data = np.column_stack([rng.integers(0, n, 300) for n in dom.sizes])
+    cliques = [("a", "b"), ("b", "c")]
+    noisy = {c: dom.count(data, c) + rng.normal(0, 3, dom.shape(c)) for c in cliques}
+    mus = {c: cp.Variable(dom.shape(c)) for c in cliques}
+    if loss == "l1":
+        obj = sum(cp.norm1(mus[c] - noisy[c]) for c in cliques)
+    else:
+        obj = sum(cp.sum_squares(mus[c] - noisy[c]) for c in cliques)
+    return cp.Problem(cp.Minimize(obj), [constraint(mus, dom, total=300.0)])
