@@ -151,7 +151,7 @@ def _admm_family(data) -> str:
         if not tree.l1 and not tree.nonneg:
             return "exact_gls"
         return f"histogram_tree/{loss}"
-    if data.lift is not None or data.forest_hint is not None:
+    if data.forest_hint is not None or (not data.has_chains and data.tree_queries() is not None):
         return f"admm_tree/{loss}"
     if data.has_eq and forest_from_rows(data.A, data.b) is not None:
         return f"admm_tree/{loss}"

@@ -117,13 +117,17 @@ class Linearizer:
             return sp.vstack(rows).tocsr(), np.cumsum(c)
         if isinstance(e, _SELECTION_ATOMS):
             arg = e.args[0]
-            M, c = self._lin(arg)
             src = np.arange(1, arg.size + 1, dtype=float).reshape(arg.shape, order="F") \
                 if arg.ndim else np.array(1.0)
             picked = np.asarray(e.numeric([src]), dtype=float).ravel(order="F")
             rows = np.flatnonzero(picked > 0)
-            sel = sp.csr_matrix((np.ones(rows.size), (rows, picked[rows].astype(np.int64) - 1)),
-                                shape=(size, arg.size))
+            cols = picked[rows].astype(np.int64) - 1
+            if isinstance(arg, Variable) and arg.id in self.offsets:
+                # entries of one variable: the rows of the result directly
+                return (sp.csr_matrix((np.ones(rows.size), (rows, self.offsets[arg.id] + cols)),
+                                      shape=(size, self.n)), np.zeros(size))
+            M, c = self._lin(arg)
+            sel = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(size, arg.size))
             return sel @ M, sel @ c
         return self._fallback(e)
 
@@ -163,7 +167,28 @@ class Linearizer:
                 M, c = self._lin(a)
                 BT = B.T
                 return sp.csr_matrix(BT @ M), np.asarray(BT @ c).ravel()
+        if a.ndim == 2 and b.ndim == 2 and (a.is_constant() or b.is_constant()):
+            return self._matmul_2d(a, b)
         return self._fallback(e)
+
+    def _matmul_2d(self, a, b):
+        """``A @ Y`` or ``Y @ B`` with a constant matrix and a 2-D expression ``Y``: in
+        column-major vec, ``vec(Y B) = (B^T kron I_m) vec(Y)`` and ``vec(A Y) = (I_k kron
+        A) vec(Y)`` -- sparse, where cvxpy's backend is slow on large ``Y``."""
+        right = b.is_constant()
+        C = (b if right else a).value
+        C = sp.csr_matrix(C) if sp.issparse(C) else sp.csr_matrix(np.asarray(C, dtype=float))
+        Y = a if right else b
+        M, c = self._lin(Y)
+        m, k = Y.shape
+        cm = c.reshape((m, k), order="F")
+        if right:
+            K = sp.kron(C.T, sp.identity(m, format="csr"), format="csr")
+            cc = (C.T @ cm.T).T
+        else:
+            K = sp.kron(sp.identity(k, format="csr"), C, format="csr")
+            cc = C @ cm
+        return sp.csr_matrix(K @ M), np.asarray(cc, dtype=float).ravel(order="F")
 
     def _fallback(self, e):
         """cvxpy's canonicalization backend for any other affine atom."""

@@ -26,7 +26,6 @@ from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
 from ..solvers.admm import ConsistencyData
 from ..solvers.isotonic import Chains
-from ..solvers.tree import forest_from_queries
 
 from ..errors import NotRecognised
 from .affine import Linearizer
@@ -81,9 +80,10 @@ def recognise(problem: cp.Problem) -> Extraction:
     # A hierarchy written over the leaf counts (rows of M: indicators of a laminar family
     # of leaf sets, e.g. cvxdp.nll of a measurement through tree.queries): the solver
     # works in node space with the O(n) tree projection instead of factorizing M^T M.
-    lift = forest_from_queries(M) if chains is None and M.nnz > M.shape[0] else None
+    # (read lazily: a histogram tree over a 2-D variable is detected first and needs none)
     ext.data = ConsistencyData(n=n, M=M, y=y, w1=w1, w2=w2, lower=lower, upper=upper,
-                               A=A, b=b, chains=chains, constant=constant, lift=lift,
+                               A=A, b=b, chains=chains, constant=constant,
+                               lazy_lift=chains is None and M.nnz > M.shape[0],
                                shape=variables[0].shape if len(variables) == 1
                                and len(variables[0].shape) == 2 else None)
     return ext

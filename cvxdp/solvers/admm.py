@@ -89,7 +89,7 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
         res = admm_isotonic.solve(data, settings)
         if res.status == R.OPTIMAL:
             return res                   # otherwise the iterations below settle it
-    if data.lift is not None and not data.has_chains:
+    if not data.has_chains and data.tree_queries() is not None:
         return _solve_lifted(data, settings, x0, state)
     t0 = time.perf_counter()
     solver = _splitting(data, settings)
@@ -126,7 +126,7 @@ def _solve_lifted(data: ConsistencyData, settings: ADMMSettings, x0, state) -> S
     consistency (the O(n) projection), then map back ``x = z[leaves]`` and the
     multipliers (a node's bound multiplier acts on every leaf below it)."""
     t0 = time.perf_counter()
-    tq = data.lift
+    tq = data.tree_queries()
     nd, n_cons = _node_space(data)
     inner = state.extra.get("inner") if state is not None and state.shape.startswith("lifted:") else None
     z0 = None if x0 is None else tq.nodes_from_leaves(np.asarray(x0, float))
@@ -150,7 +150,7 @@ def _solve_lifted(data: ConsistencyData, settings: ADMMSettings, x0, state) -> S
 def _node_space(data: ConsistencyData) -> tuple[ConsistencyData, int]:
     """The lifted problem over the hierarchy's nodes (loss node-wise, consistency rows
     first, then ``A`` moved onto the leaf nodes) and its number of consistency rows."""
-    tq = data.lift
+    tq = data.tree_queries()
     F = tq.forest
     N, m = tq.n_nodes, tq.m
     Mn = sp.csr_matrix((tq.row_scale, (np.arange(m), np.arange(m))), shape=(m, N))
@@ -175,7 +175,7 @@ def _to_leaf_space(data: ConsistencyData, nd: ConsistencyData, n_cons: int, res:
     ``w`` of the user's rows when the node-space duals give them."""
     from .tree import ancestor_sums
 
-    tq = data.lift
+    tq = data.tree_queries()
     x = res.x[tq.leaf_node]
     duals = res.duals or {}
     w = None

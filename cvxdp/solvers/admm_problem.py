@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from ._linalg import dot as _dot
 from .isotonic import Chains
 from .losses import SeparableLoss
-from .tree import distinct
+from .tree import distinct, forest_from_queries
 
 __all__ = ["ConsistencyData", "ADMMSettings", "ADMMState"]
 
@@ -40,6 +40,7 @@ class ConsistencyData:
     constant: float = 0.0
     forest_hint: Any = None          # (Forest, row_parent, row_scale) when known
     lift: Any = None                 # tree.TreeQueries when M is a hierarchy's query matrix
+    lazy_lift: bool = False          # ... or read it from M when first asked (tree_queries)
     shape: tuple | None = None       # (units, cells) when x is one (n, k) variable
     _separable: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -55,6 +56,14 @@ class ConsistencyData:
     @property
     def has_chains(self) -> bool:
         return self.chains is not None and bool(self.chains.chains)
+
+    def tree_queries(self):
+        """``M`` as a hierarchy's query matrix over the leaves (:class:`tree.TreeQueries`),
+        or ``None``; with ``lazy_lift`` read from ``M`` once, when a path needs it (a
+        histogram tree, detected first, never does)."""
+        if self.lift is not None or not self.lazy_lift:
+            return self.lift
+        return memoised(self, "lift", lambda d: forest_from_queries(d.M))
 
     def separable_loss(self) -> SeparableLoss | None:
         """The loss per coordinate if every row of ``M`` has one entry and no column
