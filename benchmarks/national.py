@@ -20,13 +20,17 @@ Printed in one run, as each finishes:
   Dask LocalCluster with 1 and 2 workers (per-level times, the same bits or not);
 * accuracy per level: mean absolute error of the cells and of the group queries, for the noisy
   answers, GLS, non-negative GLS and the integers;
+* the 2,016-cell PL-94 histogram at the nation and the 51 states (every cell and eight
+  marginals per unit): GLS with variances, non-negative GLS, integers, accuracy, and the same
+  cvxpy model by ``cvxdp.ADMM`` and by Clarabel (``--only pl94`` runs just this);
 * the same problems written in cvxpy on states' subtrees (``--ref-state``; by default the state
   with about 1,500 units and the largest) solved by ``cvxdp.ADMM`` and by Clarabel, and the
   rounding of the first against HiGHS's MIP: times, ratios, objective differences.
 
 ``--fast`` shrinks the tree (5 states, 150 counties, 3,000 tracts) for a smoke run.
 
-Usage: ``python benchmarks/national.py [--fast] [--rho 1.0] [--eps 1e-4] [--seed 0] [--skip-ref]``
+Usage: ``python benchmarks/national.py [--fast] [--rho 1.0] [--eps 1e-4] [--seed 0] [--skip-ref]
+[--only all|pl94|ref]``
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ import resource
 import time
 
 import numpy as np
+import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
@@ -155,6 +160,86 @@ def rounding_reference(geo, x, root: int, emit) -> None:
          f"-> {t_ref / max(t_ours, 1e-9):.0f}x")
 
 
+#: the PL-94 histogram: household/group quarters type, voting age, Hispanic origin, race
+PL94 = {"hhgq": 8, "votingage": 2, "hispanic": 2, "cenrace": 63}
+#: its query sets (as in the Census's PL-94 strategy): every cell, then marginals
+PL94_SETS = [("hhgq", "votingage", "hispanic", "cenrace"), (), ("hhgq",),
+             ("votingage", "hispanic", "cenrace"), ("votingage", "hispanic"),
+             ("hispanic", "cenrace"), ("cenrace",), ("votingage",), ("hispanic",)]
+
+
+def pl94_queries():
+    """The stacked query matrix (sparse, 2,016 columns) and the rows of each set."""
+    mats = [cvxdp.workloads.marginal(PL94, list(a)) for a in PL94_SETS]
+    return sp.vstack(mats, format="csr"), np.cumsum([0] + [m.shape[0] for m in mats])
+
+
+def pl94_section(rng, rho: float, eps: float, emit) -> None:
+    """The 2,016-cell PL-94 histogram at the nation and the 51 states: every cell and eight
+    marginals measured per unit (zCDP, ``rho`` split over the two levels, one record adds
+    one to one entry of each of the 9 sets: L2 sensitivity squared 9).  GLS with variances,
+    non-negative GLS, integers; the same cvxpy model by cvxdp.ADMM and by Clarabel."""
+    k = 2016
+    Q, starts = pl94_queries()
+    parent = np.r_[-1, np.zeros(51, dtype=np.int64)]
+    geo = cvxdp.workloads.geography(parent)
+    pops = np.sort(rng.gamma(0.9, 6.5e6 / 0.9, 51))[::-1]          # state populations
+    mix = rng.dirichlet(np.full(k, 0.05))
+    truth = np.zeros((52, k))
+    for s in range(51):
+        truth[1 + s] = rng.multinomial(int(pops[s]), rng.dirichlet(2000 * mix + 1e-3))
+    truth[0] = truth[1:].sum(axis=0)
+    sigma = math.sqrt(len(PL94_SETS) / (2 * rho / 2))
+    Qd = Q.toarray()
+    blocks = [Block(units, Qd, np.full(Q.shape[0], 1 / sigma ** 2),
+                    truth[units] @ Qd.T + rng.normal(0, sigma, (units.size, Q.shape[0])))
+              for units in geo.levels]
+    emit(f"PL-94 histogram ({k:,} cells) at the nation and 51 states: {52 * k:,} unknowns, "
+         f"{Q.shape[0]:,} queries per unit ({len(PL94_SETS)} sets), sigma {sigma:.3f}")
+    t = time.perf_counter()
+    g = TreeGLS(geo.forest, k, blocks)
+    x_gls = g.solve()
+    t_gls = time.perf_counter() - t
+    t = time.perf_counter()
+    cells_var, q_var = g.variances()
+    emit(f"  exact GLS {t_gls:.2f} s, variances {time.perf_counter() - t:.2f} s; peak RSS "
+         f"{rss_mb():.0f} MB; per-cell std nation {np.sqrt(cells_var[0]).mean():.3f}, states "
+         f"{np.sqrt(cells_var[1:]).mean():.3f}")
+    t = time.perf_counter()
+    res = solve_nonneg(geo.forest, k, blocks, NonnegSettings(eps_rel=eps))
+    emit(f"  non-negative GLS (ADMM): {time.perf_counter() - t:.2f} s, {res.iterations} "
+         f"iterations, {res.status}, certified gap {res.gap:.1e}")
+    t = time.perf_counter()
+    x_int = cvxdp.round_consistent(geo, res.x)
+    emit(f"  integer rounding: {time.perf_counter() - t:.3f} s")
+    for name, est in (("noisy", None), ("GLS", x_gls), ("GLS >= 0", res.x), ("integers", x_int)):
+        parts = []
+        for lv, units in zip(("nation", "state"), geo.levels):
+            err = (blocks[0 if lv == "nation" else 1].y - truth[units] @ Qd.T) if est is None \
+                else (est[units] - truth[units]) @ Qd.T
+            cells = np.abs(err[:, :k]).mean()
+            marg = np.abs(err[:, k:]).mean()
+            parts.append(f"{lv} {cells:7.3f} / {marg:7.3f}")
+        emit(f"  {name:9s} " + " | ".join(parts) + "   (mean abs error: cells / marginals)")
+    X = cp.Variable((52, k))
+    loss = sum(cp.sum_squares(X[b.nodes] @ Q.T - b.y) * (b.w[0] / 2) for b in blocks)
+    for nonneg in (False, True):
+        prob = cp.Problem(cp.Minimize(loss), [cvxdp.HierarchicalHistogram(geo, X)]
+                          + ([X >= 0] if nonneg else []))
+        t = time.perf_counter()
+        prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=eps)
+        t_ours, f_ours = time.perf_counter() - t, prob.value
+        t = time.perf_counter()
+        try:
+            prob.solve(solver=cp.CLARABEL, time_limit=600)
+            t_ref, f_ref, st = time.perf_counter() - t, prob.value, prob.status
+        except cp.error.SolverError as exc:
+            t_ref, f_ref, st = time.perf_counter() - t, math.nan, f"error {exc}"
+        emit(f"  cvxpy model, {'x >= 0' if nonneg else 'GLS   '}: cvxdp.ADMM {t_ours:7.2f} s | "
+             f"Clarabel {t_ref:7.2f} s ({st}) -> {t_ref / t_ours:5.1f}x; objective rel diff "
+             f"{(f_ours - f_ref) / abs(f_ref):+.1e}")
+
+
 def topdown_section(geo, truth, blocks, args, emit):
     """The Census-style top-down estimate (non-negative), in this process and on a Dask
     LocalCluster with 1 and 2 workers: time per level, and whether the bits agree."""
@@ -192,6 +277,8 @@ def main() -> None:
                     help="certified gap of the L1 estimate (its ADMM tail is long at this size)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-ref", action="store_true")
+    ap.add_argument("--only", choices=("all", "pl94", "ref"), default="all",
+                    help="run one section: the PL-94 histogram, or the cvxpy reference solves")
     ap.add_argument("--ref-state", type=int, default=None)
     ap.add_argument("--ref-units", type=int, nargs="+", default=[1500, 10 ** 9],
                     help="without --ref-state: the states whose subtree sizes are closest to these "
@@ -202,6 +289,9 @@ def main() -> None:
         print(line, flush=True)
 
     rng = np.random.default_rng(args.seed)
+    if args.only == "pl94":
+        pl94_section(rng, args.rho, args.eps, emit)
+        return
     sizes = (5, 150, 3000) if args.fast else (51, 3100, 85000)
     geo = cvxdp.workloads.geography(us_geography(rng, *sizes))
     truth = geo.aggregate(population(rng, geo.leaves.size))
@@ -209,6 +299,10 @@ def main() -> None:
     emit(f"US-shaped geography: {' / '.join(str(lv.size) for lv in geo.levels)} units "
          f"({geo.n_nodes:,}), {K} cells each: {geo.n_nodes * K:,} unknowns; population "
          f"{truth[0].sum():,.0f}; zCDP rho {args.rho} -> sigma {sigma:.3f} per level")
+    if args.only == "ref":
+        res = solve_nonneg(geo.forest, K, blocks, NonnegSettings(eps_rel=args.eps))
+        reference_sections(geo, truth, blocks, Qg, res.x, args, emit)
+        return
     t = time.perf_counter()
     g = TreeGLS(geo.forest, K, blocks)
     x_gls = g.solve()
@@ -249,15 +343,21 @@ def main() -> None:
     for name, est in (("noisy", noisy), ("GLS", x_gls), ("GLS >= 0", res.x), ("L1 >= 0", l1.x),
                       ("integers", x_int), ("top-down", x_td)):
         emit(f"  {name:9s} " + " | ".join(accuracy(geo, truth, est, Qg)))
-    if args.skip_ref:
-        return
+    if not args.skip_ref:
+        reference_sections(geo, truth, blocks, Qg, res.x, args, emit)
+    pl94_section(rng, args.rho, args.eps, emit)
+
+
+def reference_sections(geo, truth, blocks, Qg, x_nn, args, emit) -> None:
+    """The cvxpy models of states' subtrees (cvxdp.ADMM vs Clarabel) and the rounding of the
+    first against HiGHS's MIP."""
     states = geo.levels[1]
     sizes_ = np.array([subtree(geo, int(s)).size for s in states])
     roots = [args.ref_state] if args.ref_state is not None else \
         list(dict.fromkeys(int(states[np.argmin(np.abs(sizes_ - r))]) for r in args.ref_units))
     for root in roots:
         reference(geo, truth, blocks, Qg, root, args.eps, emit)
-    rounding_reference(geo, res.x, roots[0], emit)
+    rounding_reference(geo, x_nn, roots[0], emit)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg as sla
 
 from .tree import Forest
 
@@ -238,16 +239,17 @@ class TreeGLS:
                 raise ValueError(f"TreeGLS: leaf {int(self.forest.order[p])} is measured on a rank "
                                  f"{rank} subspace of its {k} cells: every leaf needs "
                                  f"measurements that determine its histogram") from None
-            Li = np.linalg.inv(L)
-            P, T, G = Li.T @ Li, None, None
+            P, T, G = _sym(sla.cho_solve((L, True), np.eye(k))), None, None
         else:
             S = np.zeros((k, k))
             for c in kids:
                 S += self._P[c]
-            I = np.eye(k)
-            P = _sym(S @ np.linalg.inv(A @ S + I))
-            G = np.linalg.inv(S @ A + I)
-            T = _pinv_psd(S)
+            # (S A + I)^{-1} is the transpose of (A S + I)^{-1} (A, S symmetric): one inverse
+            H = np.linalg.inv(A @ S + np.eye(k))
+            P, G = _sym(S @ H), H.T
+            # without invariants S is a sum of positive definite P's: its inverse by Cholesky;
+            # invariants below make it singular, then the pseudo-inverse
+            T = _pinv_psd(S) if self.invariants else _inv_pd(S)
         K = None
         if E is not None:
             M = E @ P @ E.T
@@ -405,7 +407,7 @@ class TreeGLS:
             ids = where[block_pos[i]]
             for j in np.unique(ids):
                 C = mats[j]
-                qv = np.einsum("ij,jk,ik->i", b.Q, C, b.Q)
+                qv = np.sum((b.Q @ C) * b.Q, axis=1)     # diag(Q C Q^T) by one BLAS product
                 qvar[i][ids == j] = qv
         return cells, qvar
 
@@ -418,6 +420,15 @@ def _sym(M: np.ndarray) -> np.ndarray:
 _INVARIANT_TOL = 1e-8
 # eigenvalues of a covariance below this fraction of its largest are exact zeros (invariants)
 _PINV_TOL = 1e-11
+
+
+def _inv_pd(M: np.ndarray) -> np.ndarray:
+    """Inverse of a symmetric positive definite matrix by Cholesky (the pseudo-inverse if
+    rounding made it indefinite)."""
+    try:
+        return _sym(sla.cho_solve(sla.cho_factor(M, lower=True), np.eye(M.shape[0])))
+    except np.linalg.LinAlgError:
+        return _pinv_psd(M)
 
 
 def _pinv_psd(M: np.ndarray) -> np.ndarray:
