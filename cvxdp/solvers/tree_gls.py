@@ -48,7 +48,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 
 from .tree import Forest
 
@@ -239,7 +238,8 @@ class TreeGLS:
                 raise ValueError(f"TreeGLS: leaf {int(self.forest.order[p])} is measured on a rank "
                                  f"{rank} subspace of its {k} cells: every leaf needs "
                                  f"measurements that determine its histogram") from None
-            P, T, G = _sym(sla.cho_solve((L, True), np.eye(k))), None, None
+            Li = np.linalg.inv(L)
+            P, T, G = Li.T @ Li, None, None
         else:
             S = np.zeros((k, k))
             for c in kids:
@@ -426,9 +426,10 @@ def _inv_pd(M: np.ndarray) -> np.ndarray:
     """Inverse of a symmetric positive definite matrix by Cholesky (the pseudo-inverse if
     rounding made it indefinite)."""
     try:
-        return _sym(sla.cho_solve(sla.cho_factor(M, lower=True), np.eye(M.shape[0])))
+        Li = np.linalg.inv(np.linalg.cholesky(M))
     except np.linalg.LinAlgError:
         return _pinv_psd(M)
+    return Li.T @ Li
 
 
 def _pinv_psd(M: np.ndarray) -> np.ndarray:
