@@ -2,7 +2,7 @@
 
 Neighbouring databases differ by adding or removing one record, which changes
 one cell of the data vector ``x`` by 1.  The answers ``Q x`` then move by one
-column of ``Q``, so the sensitivities are column norms:
+column of ``Q``, so the sensitivities are column norms::
 
     Delta_1(Q) = max_j sum_i |Q_ij|,        Delta_2(Q) = max_j sqrt(sum_i Q_ij^2).
 

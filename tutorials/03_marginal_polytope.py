@@ -617,10 +617,11 @@ for method in ("decomposable", "mirror_descent"):
 #
 # All two-way marginals with the Gaussian mechanism (`delta = 1e-6`, L2
 # sensitivity `sqrt(m)`), the least-squares loss, `LocalPolytope` in place of
-# `MarginalPolytope`.  `prob.solve(method="cvxdp")` picks `cvxdp.ADMM`: ADMM
-# with an exact projection onto the consistent tables, stopped by a certified
-# duality gap (`extra_stats['gap']`, a bound on the relative distance to the
-# optimum).
+# `MarginalPolytope`.  `prob.solve(method="cvxdp")` (`solver=None`) picks
+# `cvxdp.ADMM` at this size by its cost model (`extra_stats['choice']`; small
+# local polytopes go to Clarabel): ADMM with an exact projection onto the
+# consistent tables, stopped by a certified duality gap (`extra_stats['gap']`,
+# a bound on the relative distance to the optimum).
 
 # %%
 LP_ATTRS = (["education-num", "marital-status", "occupation", "relationship", "sex", "income>50K"]

@@ -214,7 +214,7 @@ model.problem.solve(method="cvxdp", solver=cvxdp.NEWTON_CG)
 Xp = cp.Variable((n_small, n_small), symmetric=True)
 plain = cp.Problem(cp.Minimize(cp.max(cp.diag(B_small.T @ Xp @ B_small))),
                    [cp.matrix_frac(W_small[i], Xp) <= c_small[i] for i in range(m_small)] + [Xp >> 0])
-plain.solve(method="cvxdp")                         # solver=None: the first method that recognises it
+plain.solve(method="cvxdp")                         # solver=None: NEWTON_CG or Clarabel, by cost
 print(f"fitness_problem: {model.problem.value:.8f}; plain spelling: {plain.value:.8f} "
       f"(solved by {plain.solver_stats.solver_name})")
 

@@ -4,7 +4,7 @@ A method proposes a point, an objective, a certified lower bound ``L`` and a sta
 anything is written back, :func:`check_point` evaluates the point with cvxpy itself: the
 objective ``f`` of the user's expression tree, and the violation of every constraint and
 every variable attribute (``nonneg=True``, ``PSD=True``, ...).  :func:`decide` then applies
-the one definition of ``optimal`` shared by all methods:
+the one definition of ``optimal`` shared by all methods::
 
     violation <= eps_abs + ROUNDING * magnitude   and   (f - L) / max(1, |f|) <= eps_rel,
 

@@ -9,19 +9,26 @@ what is allowed, before any work is done (as OSQP and SCS validate at their boun
 
 Shared options:
 
-``max_iters``   iterations at most (the method's own unit: ADMM / mirror-descent iterations,
-                Newton steps);
-``eps_abs``     largest constraint violation allowed in the returned point (absolute, in the
-                units of the constraint; see :mod:`cvxdp.interfaces.certify` for the rounding
-                floor at large magnitudes);
-``eps_rel``     largest certified relative gap ``(f - L) / max(1, |f|)``, ``L`` a lower bound
-                on the optimum proved by the method's dual point;
-``time_limit``  seconds of solve time at most;
-``warm_start``  start from ``Variable.value`` and from the method's cached state;
-``verbose``     a per-iteration table on ``logging.getLogger("cvxdp")``;
-``callback``    ``callback(info) -> bool`` at every check; ``True`` stops with ``user_limit``;
-``verify``      a cvxpy solver that re-solves the problem and records the differences;
-``fallback``    a cvxpy solver used when no cvxdp method recognises the problem.
+``max_iters``
+    iterations at most (the method's own unit: ADMM / mirror-descent iterations, Newton steps);
+``eps_abs``
+    largest constraint violation allowed in the returned point (absolute, in the units of the
+    constraint; see :mod:`cvxdp.interfaces.certify` for the rounding floor at large magnitudes);
+``eps_rel``
+    largest certified relative gap ``(f - L) / max(1, |f|)``, ``L`` a lower bound on the
+    optimum proved by the method's dual point;
+``time_limit``
+    seconds of solve time at most;
+``warm_start``
+    start from ``Variable.value`` and from the method's cached state;
+``verbose``
+    a per-iteration table on ``logging.getLogger("cvxdp")``;
+``callback``
+    ``callback(info) -> bool`` at every check; ``True`` stops with ``user_limit``;
+``verify``
+    a cvxpy solver that re-solves the problem and records the differences;
+``fallback``
+    a cvxpy solver used when no cvxdp method recognises the problem.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ nonsmooth function whose optimum sits on a face of the polytope (the residuals t
 the cells that are empty): the Huber smoothing and the Frank-Wolfe bound both close slowly
 there.  For a triangulated model the marginal polytope *is* the junction tree's local
 polytope ``{x >= 0, E x = e}`` (clique tables ``x``, separator consistency and the total;
-Wainwright & Jordan 2008, prop. 2.1), so the problem is a finite convex program in ``x``:
+Wainwright & Jordan 2008, prop. 2.1), so the problem is a finite convex program in ``x``::
 
     minimize   sum_{L1 rows i} w_i |a_i^T P x - b_i|  +  sum_{L2 rows j} w_j/2 (a_j^T P x - b_j)^2
     subject to E x = e,  x >= 0,

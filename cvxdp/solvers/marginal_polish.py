@@ -2,7 +2,7 @@
 
 Entropic mirror descent (:mod:`cvxdp.solvers.mirror_descent`) keeps every cell positive, so an
 optimum with many empty cells is only approached in the limit.  For the Gaussian (``"l2"``)
-losses the problem is a quadratic program in the junction-tree clique tables ``x``
+losses the problem is a quadratic program in the junction-tree clique tables ``x``::
 
     minimize   1/2 r^T H r - c^T r           (r = P x: the measured marginals)
     subject to E x = e                        (separator consistency, total N)
