@@ -365,15 +365,19 @@ for name, sol in (("noisy", y_seq), ("L2 isotonic", res_l2["cvxdp.ADMM"][1]),
 
 # %% [markdown]
 # The L2 problem has a unique solution, and ADMM returns PAVA's to rounding
-# error (9e-12; Clarabel's interior point is 9e-4 away), 2.7x faster than
-# Clarabel.  **The L1 model is where ADMM is weak**: it needed 23,851
-# iterations (8.2 s) to certify a 1e-6 gap, against 0.86 s for Clarabel and
-# 0.71 s for HiGHS.  Its objective is within 2.5e-7 of HiGHS's optimum;
-# Clarabel's is 1.1e-4 *below* the optimum because its `x` violates the order
-# by up to 2.4e-5 at each of the 10^4 steps.  The L1 optimum is not unique (a
-# median of each block), so the solutions differ at (nearly) equal objectives:
-# MSE 0.0695 (ADMM), 0.0693 (Clarabel), 0.0747 (HiGHS's simplex vertex).
-# Compare objectives across solvers, not vectors.
+# error (9e-12; Clarabel's interior point is 9e-4 away), 3.0x faster than
+# Clarabel.  **The L1 model needs no iterations**: L1 isotonic regression has
+# an exact O(n log n) algorithm (pooling blocks at their weighted medians, by
+# partitioning), which `cvxdp.ADMM` runs directly
+# (`extra_stats["info"]["splitting"]` is `'L1 isotonic regression (exact)'`):
+# 0.031 s against 0.86 s for Clarabel and 0.61 s for HiGHS, the same objective
+# as HiGHS's to the last printed digit.  (Before this path, ADMM needed 23,851
+# iterations, 8.2 s, to certify a 1e-6 gap.)  Clarabel's objective is 1.1e-4
+# *below* the optimum because its `x` violates the order by up to 2.4e-5 at
+# each of the 10^4 steps.  The L1 optimum is not unique (a median of each
+# block), so the solutions differ at equal objectives: MSE 0.0720 (ADMM's
+# exact path), 0.0693 (Clarabel), 0.0747 (HiGHS's simplex vertex).  Compare
+# objectives across solvers, not vectors.
 #
 # ### Error against the number of distinct values
 #
@@ -403,9 +407,7 @@ for e in EPS_SORTED:
             y_par.value = true_seq + np.random.default_rng([7, d, seed, int(10 * e)]).laplace(0, b, N_SORTED)
             mse_noisy = np.mean((y_par.value - true_seq) ** 2)
             for m, p in models.items():
-                # L1 under an order chain can need more than the default 10,000
-                # ADMM iterations (see above)
-                p.solve(method="cvxdp", solver=cvxdp.ADMM, max_iters=100_000)
+                p.solve(method="cvxdp", solver=cvxdp.ADMM)
                 assert p.status == cp.OPTIMAL, (m, d, e, p.status)
                 iters[m].append(p.solver_stats.num_iters)
                 ratio[e, m][i] += np.mean((x.value - true_seq) ** 2) / mse_noisy / N_SEEDS_SORTED
@@ -463,9 +465,9 @@ print(f"saved {path}")
 # * **L1 (Laplace MLE) beats L2 at every d and both epsilons**: 0.61-0.87x of
 #   L2's error at epsilon = 0.1, 0.60-0.98x at epsilon = 1 (the largest gains
 #   at d = 1, 2).
-# * ADMM: L2 took 11 iterations on every instance; L1 a median of 1,721 and
-#   up to 10,211 (over the default `max_iters` of 10,000, hence the raised
-#   limit above).
+# * ADMM: L2 took a median of 11 iterations (at most 21); L1 none (the exact
+#   path: one direct solve per instance, reported as one iteration).  Before
+#   the exact path, L1 took a median of 1,721 and up to 10,211 iterations.
 
 # %% [markdown]
 # ## (c) k-gram counts of sequences: prefix consistency
@@ -640,15 +642,15 @@ print(f"  {'all':>6} {grams.n:>6}" + "".join(f"{v:>10.1f}" for v in row))
 #
 # * The prefix constraints, given only as a sparse `A @ x == 0`, were
 #   recognised as a forest (`splitting = 'separable/tree'`); the L2 solve is
-#   one tree projection (ADMM 0.011 s vs Clarabel 0.021 s, 1.8e-12 apart).
+#   one tree projection (ADMM 0.008 s vs Clarabel 0.011 s, 9e-13 apart).
 # * Consistency alone (L2) cuts the error over all counts from 3,366 to 2,668
 #   (0.79x), most on the 1-grams (0.42x): they are the roots, averaged with all
 #   their descendants.  In this single release L1 is behind L2 overall (2,827,
 #   0.84x of raw) though far ahead on the 1-grams (0.20x); averaged over 5
 #   releases (part d) L1 is ahead of L2 at every epsilon.
-# * ADMM on the L1 model: 341 iterations, 0.18 s, vs Clarabel 0.044 s (ADMM
-#   4x slower here), objectives 1.6e-9 apart; the solutions differ by up to 77
-#   counts (the L1 optimum is not unique).
+# * ADMM on the L1 model: 161 iterations, 0.097 s, vs Clarabel 0.039 s (ADMM
+#   2.5x slower at this small size), objectives 2e-9 apart; the solutions
+#   differ by up to 77 counts (the L1 optimum is not unique).
 
 # %% [markdown]
 # ## (d) k-grams with non-negativity: L2 vs L1 vs raw
