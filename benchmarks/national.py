@@ -97,6 +97,17 @@ def accuracy(geo, truth, est, Qg) -> list[str]:
     return out
 
 
+def timed_gls(geo, k: int, blocks):
+    """The exact GLS and its per-cell variances: ``(x, variances, solve s, variances s)``."""
+    t = time.perf_counter()
+    g = TreeGLS(geo.forest, k, blocks)
+    x = g.solve()
+    t_gls = time.perf_counter() - t
+    t = time.perf_counter()
+    cells_var, _ = g.variances()
+    return x, cells_var, t_gls, time.perf_counter() - t
+
+
 def subtree(geo, root: int) -> np.ndarray:
     """Units below ``root`` (itself first), breadth first."""
     out, frontier = [root], [root]
@@ -196,13 +207,8 @@ def pl94_section(rng, rho: float, eps: float, emit) -> None:
               for units in geo.levels]
     emit(f"PL-94 histogram ({k:,} cells) at the nation and 51 states: {52 * k:,} unknowns, "
          f"{Q.shape[0]:,} queries per unit ({len(PL94_SETS)} sets), sigma {sigma:.3f}")
-    t = time.perf_counter()
-    g = TreeGLS(geo.forest, k, blocks)
-    x_gls = g.solve()
-    t_gls = time.perf_counter() - t
-    t = time.perf_counter()
-    cells_var, q_var = g.variances()
-    emit(f"  exact GLS {t_gls:.2f} s, variances {time.perf_counter() - t:.2f} s; peak RSS "
+    x_gls, cells_var, t_gls, t_var = timed_gls(geo, k, blocks)
+    emit(f"  exact GLS {t_gls:.2f} s, variances {t_var:.2f} s; peak RSS "
          f"{rss_mb():.0f} MB; per-cell std nation {np.sqrt(cells_var[0]).mean():.3f}, states "
          f"{np.sqrt(cells_var[1:]).mean():.3f}")
     t = time.perf_counter()
@@ -308,13 +314,7 @@ def main() -> None:
         res = solve_nonneg(geo.forest, K, blocks, NonnegSettings(eps_rel=args.eps))
         reference_sections(geo, truth, blocks, Qg, res.x, args, emit)
         return
-    t = time.perf_counter()
-    g = TreeGLS(geo.forest, K, blocks)
-    x_gls = g.solve()
-    t_gls = time.perf_counter() - t
-    t = time.perf_counter()
-    cells_var, _ = g.variances()
-    t_var = time.perf_counter() - t
+    x_gls, cells_var, t_gls, t_var = timed_gls(geo, K, blocks)
     emit(f"exact GLS: {t_gls:.2f} s (solve), variances {t_var:.2f} s; peak RSS {rss_mb():.0f} MB; "
          f"per-cell std by level: " + ", ".join(f"{np.sqrt(cells_var[u]).mean():.3f}" for u in geo.levels))
     t = time.perf_counter()
