@@ -166,3 +166,16 @@ def test_constraint_refusals():
         cvxdp.HierarchicalHistogram(geo, cp.Variable((4, 2)))
     con = cvxdp.HierarchicalHistogram(geo, cp.Variable((3, 2)))
     assert con.geography is geo and "HierarchicalHistogram" in repr(con)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (7, 1), (500, 2), (400, 5), (300, 64)])
+def test_row_ids_group_exactly_the_equal_rows(shape):
+    from cvxdp.solvers.histogram_tree import _row_ids
+    rng = np.random.default_rng(shape[0] + shape[1])
+    base = rng.integers(0, 3, (max(shape[0] // 5, 1), shape[1])).astype(float) * 0.37
+    T = base[rng.integers(0, base.shape[0], shape[0])]
+    ids = _row_ids(T)
+    assert ids.shape == (shape[0],) and ids.min() == 0
+    same = np.all(T[:, None, :] == T[None, :, :], axis=2)
+    np.testing.assert_array_equal(same, ids[:, None] == ids[None, :])
+    assert ids.max() + 1 == np.unique(T, axis=0).shape[0]

@@ -165,12 +165,31 @@ def _nonneg(lower: np.ndarray, forest: Forest, n: int, k: int) -> bool | None:
 
 
 def _row_ids(T: np.ndarray) -> np.ndarray:
-    """An id per row of ``T`` (equal rows, equal ids; ``0 ..``), by one lexicographic sort."""
-    if T.shape[0] == 0:
+    """An id per row of ``T`` (equal rows, equal ids; ``0 ..``).  Rows are keyed by two
+    random projections, the keys ranked column by column, and the grouping checked exactly
+    (every row equal to its group's first); a collision -- two different rows with equal
+    keys, which would need an exact floating-point coincidence -- falls back to one
+    lexicographic sort."""
+    n = T.shape[0]
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
+    if T.shape[1] > 2:
+        proj = np.random.default_rng(2024).standard_normal((T.shape[1], 2))
+        keys = np.asarray(T, dtype=float) @ proj
+    else:
+        keys = np.asarray(T, dtype=float)
+    ids = np.zeros(n, dtype=np.int64)
+    for j in range(keys.shape[1]):
+        _, rank = np.unique(keys[:, j], return_inverse=True)
+        _, ids = np.unique(ids * (int(rank.max()) + 1) + rank.ravel(), return_inverse=True)
+        ids = ids.ravel()
+    first = np.full(int(ids.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(n))
+    if np.array_equal(T, T[first[ids]]):
+        return ids.astype(np.int64, copy=False)
     order = np.lexsort(T.T[::-1])
     new = np.r_[True, np.any(T[order][1:] != T[order][:-1], axis=1)]
-    ids = np.empty(T.shape[0], dtype=np.int64)
+    ids = np.empty(n, dtype=np.int64)
     ids[order] = np.cumsum(new) - 1
     return ids
 
