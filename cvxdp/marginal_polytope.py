@@ -33,6 +33,11 @@ __all__ = ["MarginalPolytope", "ModelTooLarge"]
 
 #: the local polytope for a standard solver is refused above this many junction-tree cells
 STANDARD_SOLVER_MAX_CELLS = 2 ** 22
+#: a model answers the marginal values when every cell is within this fraction of the total
+#: (mirror descent's own model matches its returned marginals to roundoff)
+_MODEL_MATCH = 1e-6
+#: certified relative gap of the fit that builds a model for a standard solver's marginals
+_MODEL_FIT_EPS = 1e-8
 
 
 class MarginalPolytope(CliqueMarginals):
@@ -65,8 +70,46 @@ class MarginalPolytope(CliqueMarginals):
                                 f"same arguments: the local-polytope relaxation needs no "
                                 f"junction tree (consistent marginals, exact on a junction "
                                 f"tree).") from None
-        #: the graphical model left by ``solver=cvxdp.MIRROR_DESCENT`` (a :class:`cvxdp.GraphicalModel`)
-        self.model = None
+        self._model = None
+
+    @property
+    def model(self):
+        """The graphical model (a :class:`cvxdp.GraphicalModel`) of the current marginal values.
+
+        ``solver=cvxdp.MIRROR_DESCENT`` leaves its own.  A standard solver (named, or chosen
+        by ``solver=None`` for a small problem) leaves only the marginals: on first access a
+        model is then fitted to them -- an L2 mirror-descent fit over this constraint's
+        junction tree, whose optimum is the marginals themselves (they are consistent), so
+        the model answers the measured cliques as solved, to 1e-8.  A model whose marginals
+        no longer match the values (another solve since) is refitted the same way.  ``None``
+        before a solve and for the zero table."""
+        tabs = self.tables()
+        if tabs is None:
+            return self._model
+        total = float(tabs[0].sum())
+        if not total > 0:
+            return None
+        if self._model is None or not self._model_matches(tabs, total):
+            self._model = self._fit_model(tabs, total)
+        return self._model
+
+    @model.setter
+    def model(self, value) -> None:
+        self._model = value
+
+    def _model_matches(self, tabs: list[np.ndarray], total: float) -> bool:
+        tol = _MODEL_MATCH * total
+        return all(float(np.max(np.abs(self._model.marginal(c) - t), initial=0.0)) <= tol
+                   for c, t in zip(self.cliques, tabs))
+
+    def _fit_model(self, tabs: list[np.ndarray], total: float):
+        from .dispatch import MIRROR_DESCENT          # dispatch imports this module
+        x = {c: cp.Variable(self.domain.shape(c)) for c in self.cliques}
+        fit = MarginalPolytope(x, self.domain, total=total, max_cells=self.max_cells)
+        loss = sum(cp.sum_squares(x[c] - np.maximum(t, 0.0)) for c, t in zip(self.cliques, tabs))
+        cp.Problem(cp.Minimize(loss / total), [fit]).solve(
+            method="cvxdp", solver=MIRROR_DESCENT, eps_rel=_MODEL_FIT_EPS)
+        return fit._model
 
     def _options(self) -> dict[str, Any]:
         return {"max_cells": self.max_cells}

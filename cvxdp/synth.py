@@ -104,6 +104,7 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
+from .dispatch import ADMM, MIRROR_DESCENT
 from .domain import Domain
 from .marginal_polytope import MarginalPolytope, ModelTooLarge
 
@@ -148,9 +149,11 @@ def estimate(domain, loss_fn, *, known_total: float | None = None, potentials=No
         accepted for the signature, not used.
     constraints : mbi 2.x structural constraints; only the empty sequence is supported.
     solver : a cvxdp method (``cvxdp.MIRROR_DESCENT`` for the marginal polytope,
-        ``cvxdp.ADMM`` for the local polytope), ``None`` (cvxdp picks), or a cvxpy solver name
-        (``cp.CLARABEL`` solves the junction tree's local polytope; it leaves no graphical model,
-        so it is accepted only when the maximal measured cliques are a junction tree's).
+        ``cvxdp.ADMM`` for the local polytope), ``None`` (that method for the polytope used:
+        the returned model is built from its result, so ``solver=None``'s cost model, which
+        may hand small problems to Clarabel, is not consulted), or a cvxpy solver name
+        (``cp.CLARABEL`` solves the junction tree's local polytope; it leaves only the
+        marginals, and the model is then fitted to them: ``MarginalPolytope.model``).
     norm : ``"l2"`` (Gaussian measurements, mbi's default) or ``"l1"`` (Laplace).
     eps_rel, eps_abs, max_iters, time_limit : cvxdp's stopping rules (``None``: the method's
         defaults; ``eps_rel`` is the certified relative optimality gap).
@@ -181,6 +184,8 @@ def estimate(domain, loss_fn, *, known_total: float | None = None, potentials=No
                      ("time_limit", time_limit)):
         if val is not None:
             opts[key] = val
+    if solver is None:
+        solver = MIRROR_DESCENT if kind == "marginal" else ADMM
     prob.solve(method="cvxdp", solver=solver, verbose=verbose, **opts)
     if any(v.value is None for v in fit.variables.values()):
         raise RuntimeError(f"cvxdp.synth.estimate: the solve returned no solution "
@@ -313,9 +318,8 @@ class _Fit:
     def model(self, constraint, kind: str):
         gm = constraint.model() if kind == "local" else constraint.model
         if gm is None:
-            # the zero table (cvxdp leaves no model at total 0), or a standard solver (cvxpy's
-            # solvers leave only the marginals): the measured cliques' tables are the model's
-            # when they already form a junction tree
+            # the zero table (no distribution to model): the measured cliques' tables are the
+            # model's when they already form a junction tree
             cliques = list(self.cliques)
             free = [a for a in self.attrs if not any(a in c for c in cliques)]
             jt = {frozenset(self.domain.names[i] for i in c) for c in constraint.tree.cliques} \

@@ -149,3 +149,29 @@ def _marginal(constraint, loss):
     else:
         obj = sum(cp.sum_squares(mus[c] - noisy[c]) for c in cliques)
     return cp.Problem(cp.Minimize(obj), [constraint(mus, dom, total=300.0)])
+
+
+def test_a_marginal_polytope_handed_to_clarabel_still_has_its_model(fits):
+    fits("marginal_polytope/l2", standard_faster=True)
+    rng = np.random.default_rng(11)
+    dom = cvxdp.Domain({"a": 3, "b": 4, "c": 2, "d": 3})
+    data = np.column_stack([rng.integers(0, n, 500) for n in dom.sizes])
+    cliques = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")]        # a cycle: fill-in
+    noisy = {c: dom.count(data, c) + rng.normal(0, 3, dom.shape(c)) for c in cliques}
+    mus = {c: cp.Variable(dom.shape(c)) for c in cliques}
+    mp = cvxdp.MarginalPolytope(mus, dom, total=500.0)
+    assert mp.model is None                                          # before a solve
+    prob = cp.Problem(cp.Minimize(sum(cp.sum_squares(mus[c] - noisy[c]) for c in cliques)), [mp])
+    prob.solve(method="cvxdp")
+    assert prob.solver_stats.solver_name == cp.CLARABEL
+    model = mp.model                     # fitted to Clarabel's marginals on first access
+    for c in cliques:
+        np.testing.assert_allclose(model.marginal(c), mus[c].value, atol=1e-6 * 500)
+    assert mp.model is model             # kept while the values stay
+    prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT)
+    assert mp.model is not model         # the method's own
+    shifted = cp.Problem(cp.Minimize(sum(cp.sum_squares(mus[c] - 1.2 * noisy[c]) for c in cliques)),
+                         [mp])
+    shifted.solve(solver=cp.CLARABEL)    # plain cvxpy: the old model no longer matches
+    for c in cliques:
+        np.testing.assert_allclose(mp.model.marginal(c), mus[c].value, atol=1e-6 * 500)
