@@ -141,7 +141,6 @@ def _family(method_name: str, ext) -> tuple[str, int]:
 
 def _admm_family(data) -> str:
     from .solvers import admm_isotonic, histogram_tree
-    from .solvers.tree import forest_from_rows
     l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
     loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
     if admm_isotonic.applies(data):
@@ -153,6 +152,6 @@ def _admm_family(data) -> str:
         return f"histogram_tree/{loss}"
     if data.forest_hint is not None or (not data.has_chains and data.tree_queries() is not None):
         return f"admm_tree/{loss}"
-    if data.has_eq and forest_from_rows(data.A, data.b) is not None:
+    if data.forest_rows() is not None:
         return f"admm_tree/{loss}"
     return f"admm_general/{loss}"

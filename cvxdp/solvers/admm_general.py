@@ -58,7 +58,8 @@ class GeneralADMM(Splitting):
         if self.box.has_bounds:
             self.blocks.append(("bounds", self.box.clip))
         if data.has_eq and not self.penalty:
-            self.proj = make_projector(data.A, data.b, data.forest_hint)
+            self.proj = make_projector(data.A, data.b, data.forest_hint,
+                                       found=data.forest_rows() if data.forest_hint is None else None)
             self.infeasible_setup = not self.proj.feasible
             self.blocks.append(("eq", self.proj.project))
         if self.chains is not None:

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from ._linalg import dot as _dot
 from .isotonic import Chains
 from .losses import SeparableLoss
-from .tree import distinct, forest_from_queries
+from .tree import distinct, forest_from_queries, forest_from_rows
 
 __all__ = ["ConsistencyData", "ADMMSettings", "ADMMState"]
 
@@ -56,6 +56,13 @@ class ConsistencyData:
     @property
     def has_chains(self) -> bool:
         return self.chains is not None and bool(self.chains.chains)
+
+    def forest_rows(self):
+        """``A x = b`` as forest consistency (:func:`tree.forest_from_rows`), or ``None``;
+        searched once per problem (the cost model and the projection both ask)."""
+        if not self.has_eq:
+            return None
+        return memoised(self, "forest_rows", lambda d: forest_from_rows(d.A, d.b))
 
     def tree_queries(self):
         """``M`` as a hierarchy's query matrix over the leaves (:class:`tree.TreeQueries`),

@@ -42,7 +42,8 @@ class SeparableADMM(Splitting):
         self.chains = data.chains if data.has_chains else None
         self.last_dual_point = None        # the last coordinate-wise repaired dual point
         if data.has_eq:
-            self.proj = make_projector(data.A, data.b, data.forest_hint)
+            self.proj = make_projector(data.A, data.b, data.forest_hint,
+                                       found=data.forest_rows() if data.forest_hint is None else None)
             self.infeasible_setup = not self.proj.feasible
             self.name = "separable/tree" if isinstance(self.proj, ForestProjector) else "separable/affine"
         else:

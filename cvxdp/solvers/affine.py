@@ -145,10 +145,11 @@ class ForestProjector:
         return self.forest.sum_up(x, self.offsets)
 
 
-def make_projector(A: sp.spmatrix, b: np.ndarray, forest_hint=None):
+def make_projector(A: sp.spmatrix, b: np.ndarray, forest_hint=None, *, found=False):
     """A :class:`ForestProjector` if ``A x = b`` is forest consistency, else an
     :class:`AffineProjector`.  ``forest_hint`` = ``(forest, row_parent, row_scale)``
-    skips the pattern search when the caller already knows the forest."""
+    skips the pattern search when the caller already knows the forest; ``found``, when
+    given, is that search's result (:meth:`ConsistencyData.forest_rows`)."""
     from .tree import forest_from_rows
 
     b = np.asarray(b, dtype=float)
@@ -157,7 +158,8 @@ def make_projector(A: sp.spmatrix, b: np.ndarray, forest_hint=None):
         offsets = np.zeros(forest.n)
         offsets[row_parent] = b / row_scale
         return ForestProjector(forest, row_parent, row_scale, offsets)
-    found = forest_from_rows(A, b)
+    if found is False:
+        found = forest_from_rows(A, b)
     if found is not None:
         return ForestProjector(*found)
     return AffineProjector(A, b)
