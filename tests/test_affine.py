@@ -43,3 +43,13 @@ def test_selection_of_a_variable_reads_its_offset():
     M_ref, c_ref = lin._fallback(X[[2, 0]])
     np.testing.assert_array_equal(M.toarray(), sp.csr_matrix(M_ref).toarray())
     assert M.shape == (4, 10) and not c.any()
+
+
+def test_an_identity_factor_changes_nothing():
+    X = cp.Variable((4, 3))
+    lin = Linearizer([X])
+    for e in (X[[1, 3]] @ np.eye(3), np.eye(2) @ X[[0, 2]] - 1.0):
+        M, c = lin(e)
+        M_ref, c_ref = lin._fallback(e)
+        np.testing.assert_array_equal(M.toarray(), sp.csr_matrix(M_ref).toarray())
+        np.testing.assert_array_equal(c, np.asarray(c_ref).ravel())

@@ -180,6 +180,8 @@ class Linearizer:
         C = sp.csr_matrix(C) if sp.issparse(C) else sp.csr_matrix(np.asarray(C, dtype=float))
         Y = a if right else b
         M, c = self._lin(Y)
+        if _is_identity(C):
+            return M, c                       # e.g. X[units] @ np.eye(k): the detailed cells
         m, k = Y.shape
         cm = c.reshape((m, k), order="F")
         if right:
@@ -233,6 +235,14 @@ class Linearizer:
 
 # Largest argument size for which an atom's Jacobian is probed column by column.
 _PROBE_LIMIT = 4096
+
+
+def _is_identity(C: sp.csr_matrix) -> bool:
+    n = C.shape[0]
+    if C.shape[1] != n or C.nnz != n:
+        return False
+    C = C.tocoo()
+    return bool(np.all(C.row == C.col) and np.all(C.data == 1.0))
 
 
 def _broadcast(M, c, from_shape, to_shape):
