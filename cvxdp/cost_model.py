@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import cvxpy as cp
 
-__all__ = ["Choice", "choose", "size_of", "standard_options", "FITS", "MARGIN", "STANDARD"]
+__all__ = ["Choice", "choose", "quick", "size_of", "standard_options", "FITS", "MARGIN", "STANDARD"]
 
 #: family/loss -> (a, b) of ``log t = a + b log size`` (seconds, whole ``prob.solve`` calls)
 #: for the cvxdp method, then (c, d) for Clarabel, measured on a 2-core machine
@@ -74,6 +74,44 @@ def choose(method_name: str, extraction, *, pinned: str | None = None) -> Choice
     (why the user's options need the cvxdp method, e.g. one of its own options was given)
     keeps the cvxdp method whatever the estimates say."""
     family, size = _family(method_name, extraction)
+    return _choose(method_name, family, size, pinned)
+
+
+def quick(problem: cp.Problem) -> tuple[str, Choice] | None:
+    """``(method, choice)`` before recognition, for the families a cvxdp constraint states
+    (one :class:`cvxdp.MarginalPolytope` or :class:`cvxdp.LocalPolytope`): the size is read
+    off the constraint and the loss kind off the objective's atoms, so that a problem handed
+    to the standard solver does not pay for the method's recognition (at the sizes where
+    that happens, it is a sizeable part of the standard solver's time).  ``None`` otherwise."""
+    from .local_polytope import LocalPolytope
+    from .marginal_polytope import MarginalPolytope
+    cons = [c for c in problem.constraints if isinstance(c, (MarginalPolytope, LocalPolytope))]
+    if len(cons) != 1:
+        return None
+    loss = "l1" if _has_l1(problem.objective.expr) else "l2"
+    c = cons[0]
+    if isinstance(c, MarginalPolytope):
+        method, family, size = "CVXDP_MIRROR_DESCENT", f"marginal_polytope/{loss}", int(sum(c.tree.cells))
+    else:
+        method, family, size = "CVXDP_ADMM", f"local_polytope/{loss}", int(c.graph.n)
+    return method, _choose(method, family, size, None)
+
+
+def _has_l1(expr) -> bool:
+    """Whether an absolute-value atom (``abs``, ``norm1``, a 1-norm) occurs in ``expr``."""
+    from cvxpy.atoms.elementwise.abs import abs as abs_atom
+    from cvxpy.atoms.norm1 import norm1
+    from cvxpy.atoms.pnorm import Pnorm
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (abs_atom, norm1)) or (isinstance(e, Pnorm) and float(e.p) == 1.0):
+            return True
+        stack.extend(e.args)
+    return False
+
+
+def _choose(method_name: str, family: str, size: int, pinned: str | None) -> Choice:
     if family in EXACT:
         return Choice(method_name, family, size, math.nan, math.nan,
                       f"{family}: solved exactly by {method_name}, no iterations")

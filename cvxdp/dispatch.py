@@ -109,6 +109,13 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         method.options.parse(given)           # bad options fail before any work
     t0 = time.perf_counter()
     check_problem_data(problem)
+    early = _early_standard(problem, solver, given, kwargs, callback, verify)
+    if early is not None:
+        if verbose:
+            _ensure_handler()
+            LOGGER.info("cvxdp: %s: %s", early["solver"], early["reason"])
+        return _solve_standard(problem, early, warm_start, verbose, max_iters=max_iters,
+                               eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
     chosen, extraction = _recognise(problem, method, fallback, verbose)
     if chosen is None:
         return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
@@ -157,11 +164,34 @@ def _choose(solver, chosen: Method, extraction, kwargs: dict, callback, verify) 
     the cost model decides, unless an option only the cvxdp method understands was given."""
     if solver is not None:
         return {"solver": chosen.name, "reason": f"solver={solver!r} given"}
-    own = sorted(k for k in kwargs if k in chosen.options.own)
-    pinned = (f"option(s) {own} of {chosen.name} given" if own
-              else "callback given" if callback is not None
-              else f"verify={verify!r} given" if verify is not None else None)
+    pinned = _pinned(chosen, kwargs, callback, verify)
     return cost_model.choose(chosen.name, extraction, pinned=pinned).as_dict()
+
+
+def _pinned(method: Method, kwargs: dict, callback, verify) -> str | None:
+    """Why the user's options need the cvxdp method (``None``: nothing does)."""
+    own = sorted(k for k in kwargs if k in method.options.own)
+    return (f"option(s) {own} of {method.name} given" if own
+            else "callback given" if callback is not None
+            else f"verify={verify!r} given" if verify is not None else None)
+
+
+def _early_standard(problem: cp.Problem, solver, given: dict, kwargs: dict, callback,
+                    verify) -> dict | None:
+    """``solver=None`` on a polytope problem the cost model hands to the standard solver,
+    decided before recognition (:func:`cvxdp.cost_model.quick`): the choice, or ``None``
+    (then recognition runs and decides as usual).  Options are validated first."""
+    if solver is not None:
+        return None
+    found = cost_model.quick(problem)
+    if found is None:
+        return None
+    name, choice = found
+    m = METHODS[name]
+    m.options.parse(given)
+    if choice.solver == name or _pinned(m, kwargs, callback, verify):
+        return None
+    return choice.as_dict()
 
 
 def _solve_standard(problem: cp.Problem, choice: dict, warm_start: bool, verbose: bool,

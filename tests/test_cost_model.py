@@ -175,3 +175,28 @@ def test_a_marginal_polytope_handed_to_clarabel_still_has_its_model(fits):
     shifted.solve(solver=cp.CLARABEL)    # plain cvxpy: the old model no longer matches
     for c in cliques:
         np.testing.assert_allclose(mp.model.marginal(c), mus[c].value, atol=1e-6 * 500)
+
+
+@pytest.mark.parametrize("constraint, loss", [(cvxdp.MarginalPolytope, "l2"),
+                                              (cvxdp.MarginalPolytope, "l1"),
+                                              (cvxdp.LocalPolytope, "l1"),
+                                              (cvxdp.LocalPolytope, "l2")])
+def test_polytopes_handed_to_clarabel_skip_recognition(fits, monkeypatch, constraint, loss):
+    family = ("marginal_polytope/" if constraint is cvxdp.MarginalPolytope else "local_polytope/") + loss
+    method = cvxdp.MIRROR_DESCENT if constraint is cvxdp.MarginalPolytope else cvxdp.ADMM
+    prob = _marginal(constraint, loss)
+    full = cost_model.choose(method, cvxdp.METHODS[method].recognise(prob))
+    assert full.family == family                 # what recognition reads, read without it
+    assert cost_model.quick(prob)[1].as_dict() == full.as_dict()
+    fits(family, standard_faster=True)
+
+    def refuse(problem):
+        raise AssertionError("recognition ran")
+    monkeypatch.setattr(cvxdp.METHODS[method], "recognise", refuse)
+    with pytest.raises(ValueError, match="unknown option"):
+        _marginal(constraint, loss).solve(method="cvxdp", no_such_option=1)
+    prob = _marginal(constraint, loss)
+    prob.solve(method="cvxdp", eps_rel=1e-7)
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert prob.solver_stats.solver_name == cp.CLARABEL and prob.status == cp.OPTIMAL
+    assert choice["family"] == family and choice["size"] == full.size
