@@ -75,19 +75,7 @@ def gls(geography, measurements: Sequence[HistogramMeasurement], *,
     a unit's whole histogram: ``(np.eye(k), values)``).  Every leaf must be measured on all its
     cells (``ValueError`` naming it otherwise); contradicting invariants raise
     ``ValueError``."""
-    forest = getattr(geography, "forest", None)
-    if forest is None:
-        raise TypeError("gls: geography must be a cvxdp geography or hierarchy")
-    ms = list(measurements)
-    if not ms:
-        raise ValueError("gls: no measurements")
-    k = ms[0].queries.shape[1]
-    for m in ms:
-        if m.queries.shape[1] != k:
-            raise ValueError(f"gls: measurements disagree on the number of cells ({k} and "
-                             f"{m.queries.shape[1]})")
-        if m.units.min() < 0 or m.units.max() >= forest.n:
-            raise ValueError(f"gls: a measurement names a unit outside the geography (0 .. {forest.n - 1})")
+    forest, ms, k = checked_inputs("gls", geography, measurements)
     invs = []
     for unit, (E, e) in (invariants or {}).items():
         E = np.atleast_2d(np.asarray(E, dtype=float))
@@ -98,3 +86,24 @@ def gls(geography, measurements: Sequence[HistogramMeasurement], *,
         return GLSResult(x, np.full(x.shape, np.nan), [])
     cells, queries = g.variances()
     return GLSResult(x, cells, queries)
+
+
+def checked_inputs(caller: str, geography, measurements):
+    """``(forest, measurements as a list, cells per unit)`` after the checks every estimator
+    over a geography makes: a geography (or hierarchy), at least one measurement, one number
+    of cells, units inside the geography.  Errors name ``caller``."""
+    forest = getattr(geography, "forest", None)
+    if forest is None:
+        raise TypeError(f"{caller}: geography must be a cvxdp geography or hierarchy")
+    ms = list(measurements)
+    if not ms:
+        raise ValueError(f"{caller}: no measurements")
+    k = ms[0].queries.shape[1]
+    for m in ms:
+        if m.queries.shape[1] != k:
+            raise ValueError(f"{caller}: measurements disagree on the number of cells ({k} and "
+                             f"{m.queries.shape[1]})")
+        if m.units.min() < 0 or m.units.max() >= forest.n:
+            raise ValueError(f"{caller}: a measurement names a unit outside the geography "
+                             f"(0 .. {forest.n - 1})")
+    return forest, ms, k

@@ -16,6 +16,7 @@ counts the records with ``a = i, b = j, ...``) or flat (``(n_a * n_b * ...,)``, 
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,14 @@ from .clique_marginals import CliqueMarginals, project
 from .domain import Domain
 
 __all__ = ["MarginalPolytope", "ModelTooLarge"]
+
+
+def _digest(tables: list[np.ndarray]) -> bytes:
+    """A fingerprint of the marginal values (so a model is checked against them once)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in tables:
+        h.update(np.ascontiguousarray(t, dtype=float).tobytes())
+    return h.digest()
 
 #: the local polytope for a standard solver is refused above this many junction-tree cells
 STANDARD_SOLVER_MAX_CELLS = 2 ** 22
@@ -71,6 +80,7 @@ class MarginalPolytope(CliqueMarginals):
                                 f"junction tree (consistent marginals, exact on a junction "
                                 f"tree).") from None
         self._model = None
+        self._model_for: bytes | None = None     # digest of the values the model was checked on
 
     @property
     def model(self):
@@ -89,13 +99,18 @@ class MarginalPolytope(CliqueMarginals):
         total = float(tabs[0].sum())
         if not total > 0:
             return None
+        digest = _digest(tabs)
+        if digest == self._model_for:      # checked against these values already
+            return self._model
         if self._model is None or not self._model_matches(tabs, total):
             self._model = self._fit_model(tabs, total)
+        self._model_for = digest
         return self._model
 
     @model.setter
     def model(self, value) -> None:
         self._model = value
+        self._model_for = None
 
     def _model_matches(self, tabs: list[np.ndarray], total: float) -> bool:
         tol = _MODEL_MATCH * total

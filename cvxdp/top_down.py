@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .histograms import HistogramMeasurement
+from .histograms import HistogramMeasurement, checked_inputs
 from .solvers.topdown import Chunk, ChunkResult, chunk_bytes, solve_chunk
 from .solvers.tree_gls import Block
 
@@ -91,13 +91,7 @@ def topdown(geography, measurements: Sequence[HistogramMeasurement], *, nonneg: 
         ``(level, chunks done, chunks in the level)``.
     """
     _check_options(backend, chunk_units, retries, eps_rel)
-    forest = getattr(geography, "forest", None)
-    if forest is None:
-        raise TypeError("topdown: geography must be a cvxdp geography or hierarchy")
-    ms = list(measurements)
-    if not ms:
-        raise ValueError("topdown: no measurements")
-    k = ms[0].queries.shape[1]
+    forest, ms, k = checked_inputs("topdown", geography, measurements)
     blocks = [m.block() for m in ms]
     levels = _levels(forest)
     runner = _Runner(backend, client, scheduler, workers, retries)

@@ -11,6 +11,21 @@ import cvxdp
 CLARABEL_TIGHT = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=500)
 
 
+def random_parent(rng: np.random.Generator, n: int, root_prob: float = 0.0) -> np.ndarray:
+    """A random forest on ``n`` nodes as a parent array with shuffled labels: node ``v``
+    hangs under an earlier node, or (with probability ``root_prob``) is another root."""
+    parent = np.full(n, -1)
+    for v in range(1, n):
+        new_root = root_prob > 0 and rng.random() < root_prob
+        parent[v] = -1 if new_root else rng.integers(0, v)
+    perm = rng.permutation(n)
+    out = np.full(n, -1)
+    for v in range(n):
+        if parent[v] >= 0:
+            out[perm[v]] = perm[parent[v]]
+    return out
+
+
 def sparse_counts(n: int, rng: np.random.Generator, zero_frac: float = 0.7) -> np.ndarray:
     """Heavy-tailed sparse counts, like the histograms of the papers' data sets."""
     x = np.zeros(n)

@@ -16,19 +16,12 @@ import scipy.sparse as sp
 
 import cvxdp
 from cvxdp.solvers.tree import Forest
+from conftest import random_parent
 
 
 def random_tree(rng, n: int) -> np.ndarray:
     """A random forest on ``n`` nodes with shuffled labels (one root, sometimes two)."""
-    parent = np.full(n, -1)
-    for v in range(1, n):
-        parent[v] = -1 if rng.random() < 0.05 else rng.integers(0, v)
-    perm = rng.permutation(n)
-    out = np.full(n, -1)
-    for v in range(n):
-        if parent[v] >= 0:
-            out[perm[v]] = perm[parent[v]]
-    return out
+    return random_parent(rng, n, root_prob=0.05)
 
 
 def consistent(rng, parent: np.ndarray, k: int, integral: float = 0.2) -> np.ndarray:

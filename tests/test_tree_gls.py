@@ -13,18 +13,7 @@ import pytest
 import cvxdp
 from cvxdp.solvers.tree import Forest
 from cvxdp.solvers.tree_gls import Block, TreeGLS
-
-
-def random_parent(rng, n):
-    parent = np.full(n, -1)
-    for v in range(1, n):
-        parent[v] = rng.integers(0, v)
-    perm = rng.permutation(n)
-    out = np.full(n, -1)
-    for v in range(n):
-        if parent[v] >= 0:
-            out[perm[v]] = perm[parent[v]]
-    return out
+from conftest import random_parent
 
 
 def instance(seed):

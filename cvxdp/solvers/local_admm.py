@@ -272,14 +272,9 @@ class _Run:
                    "rho": self.rho, "time [s]": elapsed}
             self.history.append(row)
             self.table.row(row)
-            if gap <= s.eps_rel:
-                status = R.OPTIMAL
-                break
-            if s.callback is not None and s.callback(dict(row)):
-                status = R.USER_LIMIT
-                break
-            if elapsed >= s.time_limit:
-                status = R.OPTIMAL_INACCURATE
+            status = R.check_stop(row, eps_rel=s.eps_rel, callback=s.callback,
+                                  time_limit=s.time_limit, elapsed=elapsed)
+            if status is not None:
                 break
             if self.adaptive:
                 self.adapt(r_p, r_d, sc_p, sc_d)

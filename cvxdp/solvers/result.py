@@ -68,3 +68,18 @@ def relative_gap(objective: float, lower_bound: float) -> float:
     if not np.isfinite(objective) or not np.isfinite(lower_bound):
         return float("inf")
     return (objective - lower_bound) / max(1.0, abs(objective))
+
+
+def check_stop(row: dict[str, Any], *, eps_rel: float, callback, time_limit: float,
+               elapsed: float) -> str | None:
+    """The stopping rule shared by the certified iterations, at one convergence check
+    (``row`` its verbose row, with ``"rel gap"``): ``OPTIMAL`` once the certified gap is at
+    most ``eps_rel``, ``USER_LIMIT`` when ``callback(row)`` asks to stop,
+    ``OPTIMAL_INACCURATE`` past ``time_limit``; ``None``: go on."""
+    if row["rel gap"] <= eps_rel:
+        return OPTIMAL
+    if callback is not None and callback(dict(row)):
+        return USER_LIMIT
+    if elapsed >= time_limit:
+        return OPTIMAL_INACCURATE
+    return None

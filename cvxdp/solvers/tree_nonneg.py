@@ -131,13 +131,9 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
                "rho": rho, "time [s]": time.perf_counter() - t0}
         history.append(row)
         table.row(row)
-        if gap <= s.eps_rel:
-            status = R.OPTIMAL
-            break
-        if s.callback is not None and s.callback(dict(row)):
-            status = R.USER_LIMIT
-            break
-        if time.perf_counter() - t0 >= s.time_limit:
+        status = R.check_stop(row, eps_rel=s.eps_rel, callback=s.callback,
+                              time_limit=s.time_limit, elapsed=row["time [s]"])
+        if status is not None:
             break
     status = status or R.OPTIMAL_INACCURATE
     x = _aggregate(forest, best_z, k)
