@@ -179,3 +179,55 @@ def test_row_ids_group_exactly_the_equal_rows(shape):
     same = np.all(T[:, None, :] == T[None, :, :], axis=2)
     np.testing.assert_array_equal(same, ids[:, None] == ids[None, :])
     assert ids.max() + 1 == np.unique(T, axis=0).shape[0]
+
+
+def _per_unit(blocks, n, k):
+    """Each unit's information ``sum Q^T diag(w) Q`` and linear term ``sum Q^T diag(w) y``."""
+    H, g = np.zeros((n, k, k)), np.zeros((n, k))
+    for b in blocks:
+        H[b.nodes] += b.info
+        g[b.nodes] += (b.y * b.w) @ b.Q
+    return H, g
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_loss_terms_read_whole_match_the_row_grouping(seed):
+    """Blocks read off whole ``X[units] @ Q.T - Y`` terms carry the same information and
+    linear terms per unit as the row-by-row grouping; terms whose rows are not alike across
+    units (per-unit weights, a unit selected twice) fall back to the grouping."""
+    from cvxdp.recognise.l1_consistency import recognise
+    from cvxdp.solvers.histogram_tree import _row_groups
+    from cvxdp.solvers.tree_gls import Block
+    geo, k, truth, Y, Q, Ym = instance(seed, k=4)
+    rng = np.random.default_rng(seed)
+    X = cp.Variable((geo.n_nodes, k))
+    twice = np.r_[geo.internal, geo.internal[:1]]
+    W = rng.uniform(0.5, 2.0, Y.shape)
+    obj = (cp.sum_squares(X[geo.internal] @ Q.T - Ym) + cp.sum_squares(cp.multiply(W, X - Y))
+           + 3 * cp.sum_squares(X[twice] @ Q.T - np.r_[Ym, Ym[:1]]) + cp.sum_squares(X[geo.leaves] - Y[geo.leaves]))
+    data = recognise(cp.Problem(cp.Minimize(obj), [geo.consistency @ X == 0])).data
+    assert data.loss_starts.size == 4
+    n = geo.n_nodes
+    fast = _row_groups(data.M, data.y, n, k, Block, data.w2, starts=data.loss_starts)
+    slow = _row_groups(data.M, data.y, n, k, Block, data.w2)
+    for a, b in zip(_per_unit(fast, n, k), _per_unit(slow, n, k)):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-12)
+    # two of the four terms are read whole (a block each); the other rows are grouped per unit
+    whole = [b for b in fast if b.nodes.size in (geo.internal.size, geo.leaves.size) and b.Q.shape[0] in (2, k)]
+    assert len(whole) >= 2
+
+
+def test_terms_outside_the_kronecker_layout_still_solve():
+    geo, k, truth, Y, Q, Ym = instance(5)
+    rng = np.random.default_rng(5)
+    X = cp.Variable((geo.n_nodes, k))
+    W = rng.uniform(0.5, 2.0, Y.shape)
+    twice = np.r_[geo.internal, geo.internal[:1]]
+    obj = cp.sum_squares(cp.multiply(W, X - Y)) + cp.sum_squares(X[twice] @ Q.T - np.r_[Ym, Ym[:1]])
+    prob = cp.Problem(cp.Minimize(obj), [cvxdp.HierarchicalHistogram(geo, X), X >= 0])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-9)
+    assert prob.status == "optimal"
+    assert prob.solver_stats.extra_stats["info"]["splitting"].startswith("histogram tree")
+    ours = prob.value
+    prob.solve(solver=cp.CLARABEL, **TIGHT)
+    assert ours == pytest.approx(prob.value, rel=1e-7)

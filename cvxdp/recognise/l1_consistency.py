@@ -69,7 +69,7 @@ def recognise(problem: cp.Problem) -> Extraction:
     terms, constant = collect(obj.expr, "ADMM", _EXPECTED)
     if not terms:
         raise NotRecognised("ADMM", _EXPECTED, "an objective without a loss term")
-    M, y, w1, w2 = _stack_losses(lin, terms)
+    M, y, w1, w2, starts = _stack_losses(lin, terms)
     lower, upper = _attribute_bounds(variables, lin)
     ext = Extraction(data=None, variables=variables, linearizer=lin)  # type: ignore[arg-type]
     rows = _read_constraints(problem, lin, ext)
@@ -84,6 +84,7 @@ def recognise(problem: cp.Problem) -> Extraction:
     ext.data = ConsistencyData(n=n, M=M, y=y, w1=w1, w2=w2, lower=lower, upper=upper,
                                A=A, b=b, chains=chains, constant=constant,
                                lazy_lift=chains is None and M.nnz > M.shape[0],
+                               loss_starts=starts,
                                shape=variables[0].shape if len(variables) == 1
                                and len(variables[0].shape) == 2 else None)
     return ext
@@ -101,9 +102,9 @@ def _checked_variables(problem: cp.Problem) -> list:
 
 
 def _stack_losses(lin: Linearizer, terms):
-    """``(M, y, w1, w2)``: the loss rows stacked, terms on the same affine map merged
-    (an L1 and a squared term of one residual make one elastic-net row); rows of zero
-    weight dropped."""
+    """``(M, y, w1, w2, starts)``: the loss rows stacked, terms on the same affine map
+    merged (an L1 and a squared term of one residual make one elastic-net row); rows of
+    zero weight dropped; ``starts`` the first row of each (merged) term."""
     groups: list[list] = []        # [M, y, w1, w2]
     for t in terms:
         try:
@@ -124,9 +125,13 @@ def _stack_losses(lin: Linearizer, terms):
     w1 = np.concatenate([g[2] for g in groups])
     w2 = np.concatenate([g[3] for g in groups])
     keep = (w1 > 0) | (w2 > 0)
+    sizes = np.array([g[0].shape[0] for g in groups])
     if not keep.all():
         M, y, w1, w2 = M[keep], y[keep], w1[keep], w2[keep]
-    return M.tocsr(), y, w1, w2
+        sizes = np.add.reduceat(keep.astype(np.int64), np.r_[0, np.cumsum(sizes)[:-1]]) \
+            if keep.size else sizes
+    starts = np.r_[0, np.cumsum(sizes)[:-1]][sizes > 0]
+    return M.tocsr(), y, w1, w2, starts
 
 
 def _attribute_bounds(variables, lin: Linearizer):

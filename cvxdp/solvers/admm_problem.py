@@ -42,6 +42,8 @@ class ConsistencyData:
     lift: Any = None                 # tree.TreeQueries when M is a hierarchy's query matrix
     lazy_lift: bool = False          # ... or read it from M when first asked (tree_queries)
     shape: tuple | None = None       # (units, cells) when x is one (n, k) variable
+    loss_starts: np.ndarray | None = None  # first row of each loss term in M (a hint for
+                                           # structure detection: rows of one term are alike)
     _separable: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

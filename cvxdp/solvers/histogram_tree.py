@@ -90,7 +90,8 @@ def _detect(data, shape: tuple[int, int] | None) -> HistogramTree | None:
         return None
     rest = np.setdiff1d(np.arange(A.shape[0]), rows)
     invariants = _row_groups(A[rest], data.b[rest], n, k, Invariant) if rest.size else []
-    blocks = _row_groups(data.M, data.y, n, k, Block, data.w1 if l1 else data.w2)
+    blocks = _row_groups(data.M, data.y, n, k, Block, data.w1 if l1 else data.w2,
+                         starts=data.loss_starts)
     if invariants is None or blocks is None:
         return None
     if l1 and (not nonneg or invariants):
@@ -194,11 +195,14 @@ def _row_ids(T: np.ndarray) -> np.ndarray:
     return ids
 
 
-def _row_groups(M, y: np.ndarray, n: int, k: int, kind, w: np.ndarray | None = None):
+def _row_groups(M, y: np.ndarray, n: int, k: int, kind, w: np.ndarray | None = None,
+                starts: np.ndarray | None = None):
     """Rows reading one unit's cells, grouped into blocks of units with the same rows (same
     cells, coefficients and weights, in the same order); ``None`` if a row reads several
-    units.  Rows are told apart by random projections of their coefficients (a collision
-    would need two different rows to agree on three independent random sums)."""
+    units.  Loss terms (rows ``starts[t]`` on) of the form ``X[units] @ Q.T - Y`` are read
+    off whole (:func:`_term_block`); other rows are told apart by random projections of
+    their coefficients (a collision would need two different rows to agree on three
+    independent random sums)."""
     M = sp.csr_matrix(M)
     if M.shape[0] == 0:
         return []
@@ -207,6 +211,63 @@ def _row_groups(M, y: np.ndarray, n: int, k: int, kind, w: np.ndarray | None = N
     unit, _, _, uhi = _row_stats(M, n)
     if np.any(unit != uhi):
         return None
+    out, rest = [], np.arange(M.shape[0])
+    if starts is not None and kind is Block:
+        out, rest = _term_blocks(M, y, np.asarray(w, dtype=float), unit, n, k, starts)
+    if rest.size == M.shape[0]:
+        return out + _grouped(M, y, w, unit, n, k, kind)
+    if rest.size:
+        out += _grouped(M[rest], y[rest], np.asarray(w)[rest], unit[rest], n, k, kind)
+    return out
+
+
+def _term_blocks(M: sp.csr_matrix, y, w, unit, n: int, k: int, starts):
+    """``(blocks, other rows)``: a block for each loss term whose rows have the Kronecker
+    layout of ``X[units] @ Q.T`` in cvxpy's column-major order (row ``i + m j`` reads unit
+    ``units[i]`` through ``Q[j]``), checked entry by entry."""
+    ends = np.r_[starts[1:], M.shape[0]]
+    cell = M.indices // n
+    blocks, rest = [], []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        b = _term_block(M, y, w, unit, cell, k, s, e)
+        if b is None:
+            rest.append(np.arange(s, e))
+        else:
+            blocks.append(b)
+    return blocks, np.concatenate(rest) if rest else np.zeros(0, dtype=np.int64)
+
+
+def _term_block(M: sp.csr_matrix, y, w, unit, cell, k: int, s: int, e: int) -> Block | None:
+    """Rows ``s:e`` as one :class:`Block`, or ``None`` when they are not laid out as
+    ``m`` distinct units repeated once per query, each query's rows alike."""
+    u = unit[s:e]
+    again = np.flatnonzero(u[1:] == u[0])
+    m = int(again[0]) + 1 if again.size else e - s
+    if (e - s) % m:
+        return None
+    q = (e - s) // m
+    grid = u.reshape(q, m)
+    nnz = np.diff(M.indptr[s:e + 1]).reshape(q, m)
+    ww = w[s:e].reshape(q, m)
+    if np.any(grid != grid[0]) or np.unique(grid[0]).size != m or np.any(nnz != nnz[:, :1]) \
+            or np.any(ww != ww[:, :1]):
+        return None
+    lo, hi = int(M.indptr[s]), int(M.indptr[e])
+    rows = np.repeat(np.arange(s, e), nnz.ravel())
+    offset = np.arange(lo, hi) - M.indptr[rows]
+    head = M.indptr[s + (rows - s) // m * m] + offset     # the same entry of the query's first row
+    if not (np.array_equal(M.data[lo:hi], M.data[head]) and np.array_equal(cell[lo:hi], cell[head])):
+        return None
+    first = s + m * np.arange(q)
+    he = np.repeat(M.indptr[first], nnz[:, 0]) + \
+        (np.arange(int(nnz[:, 0].sum())) - np.repeat(np.cumsum(nnz[:, 0]) - nnz[:, 0], nnz[:, 0]))
+    Q = np.zeros((q, k))
+    np.add.at(Q, (np.repeat(np.arange(q), nnz[:, 0]), cell[he]), M.data[he])
+    return Block(grid[0], Q, ww[:, 0], y[s:e].reshape(q, m).T)
+
+
+def _grouped(M: sp.csr_matrix, y, w, unit, n: int, k: int, kind):
+    """Rows grouped by unit and coefficient pattern (the general case of :func:`_row_groups`)."""
     rng = np.random.default_rng(12345)
     proj = rng.standard_normal((3, k))
     cell = M.indices // n
