@@ -101,14 +101,17 @@ def _map_duals(ext: Extraction, duals: dict) -> dict[int, Any]:
         val = np.zeros(stop - start) if y is None else np.asarray(y[start:stop], dtype=float)
         out[con.id] = _shape_like(con, val)
     ineq_vals = [np.zeros(c.size) for c in ext.ineq_constraints]
+    cids, rows, coefs = ext.bound_arrays()
     for key, src in (("lower", ext.lower_src), ("upper", ext.upper_src)):
         s = duals.get(key)
         if s is None or src is None:
             continue
         coords = np.flatnonzero(src >= 0)
-        for j in coords:
-            cid, row, a = ext.bound_sources[int(src[j])]
-            ineq_vals[cid][row] = float(s[j]) / abs(a)
+        ids = src[coords]
+        vals = np.asarray(s, dtype=float)[coords] / np.abs(coefs[ids])
+        for cid in np.unique(cids[ids]).tolist():
+            mine = cids[ids] == cid
+            ineq_vals[cid][rows[ids[mine]]] = vals[mine]
     order = duals.get("order")
     if order is not None and ext.data.chains is not None:
         for chain, mult in zip(ext.data.chains.chains, order):

@@ -52,10 +52,25 @@ class Extraction:
     eq_blocks: list = field(default_factory=list)      # (constraint, row_start, row_stop)
     lower_src: np.ndarray | None = None                # per coordinate: source id of the active lower bound, -1 none
     upper_src: np.ndarray | None = None
-    bound_sources: list = field(default_factory=list)  # id -> (constraint, row, coefficient)
+    bound_sources: list = field(default_factory=list)  # chunks (constraint, rows, coefficients);
+                                                       # source id = place in their concatenation
     order_edges: dict = field(default_factory=dict)    # lo coordinate -> (constraint, row, coefficient)
     ineq_constraints: list = field(default_factory=list)
     trivially_infeasible: str | None = None
+
+    def add_bound_sources(self, cid: int, rows: np.ndarray, coefs: np.ndarray) -> np.ndarray:
+        """Record bound rows ``rows`` of inequality ``cid`` (coefficients ``coefs``); their ids."""
+        start = sum(r.size for _, r, _ in self.bound_sources)
+        self.bound_sources.append((cid, np.asarray(rows), np.asarray(coefs, dtype=float)))
+        return np.arange(start, start + len(rows))
+
+    def bound_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(constraint, row, coefficient)`` per bound source id."""
+        if not self.bound_sources:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        return (np.concatenate([np.full(r.size, c, np.int64) for c, r, _ in self.bound_sources]),
+                np.concatenate([r for _, r, _ in self.bound_sources]),
+                np.concatenate([a for _, _, a in self.bound_sources]))
 
 
 def recognise(problem: cp.Problem) -> Extraction:
@@ -251,8 +266,7 @@ def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo,
         coords = G.indices[start]
         a = G.data[start]
         val = -g[r1] / a
-        src_ids = np.arange(len(ext.bound_sources), len(ext.bound_sources) + r1.size)
-        ext.bound_sources.extend(zip([cid] * r1.size, r1.tolist(), a.tolist()))
+        src_ids = ext.add_bound_sources(cid, r1, a)
         up = a > 0
         if up.any():
             hi_cand.append((coords[up], val[up], src_ids[up]))
