@@ -76,7 +76,8 @@ class Linearizer:
                 Ma, ca = self._lin(a)
                 if a.size != size:
                     Ma, ca = _broadcast(Ma, ca, a.shape, e.shape)
-                M = Ma if M is None else M + Ma
+                # a constant term adds no coefficients: skip the sparse sum (a large copy)
+                M = Ma if M is None or M.nnz == 0 else M if Ma.nnz == 0 else M + Ma
                 c = ca if c is None else c + ca
             return M, c
         if isinstance(e, NegExpression):
