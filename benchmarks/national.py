@@ -25,12 +25,13 @@ Printed in one run, as each finishes:
   cvxpy model by ``cvxdp.ADMM`` and by Clarabel (``--only pl94`` runs just this);
 * the same problems written in cvxpy on states' subtrees (``--ref-state``; by default the state
   with about 1,500 units and the largest) solved by ``cvxdp.ADMM`` and by Clarabel, and the
-  rounding of the first against HiGHS's MIP: times, ratios, objective differences.
+  rounding of the first against HiGHS's MIP: times, ratios, objective differences (each side
+  timed as the fastest of ``--repeats`` solves, each of a new ``cp.Problem``).
 
 ``--fast`` shrinks the tree (5 states, 150 counties, 3,000 tracts) for a smoke run.
 
 Usage: ``python benchmarks/national.py [--fast] [--rho 1.0] [--eps 1e-4] [--seed 0] [--skip-ref]
-[--only all|pl94|ref]``
+[--only all|pl94|ref] [--repeats 3]``
 """
 from __future__ import annotations
 

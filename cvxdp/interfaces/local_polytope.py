@@ -2,8 +2,9 @@
 
 The ADMM method takes this route when the problem has a :class:`cvxdp.LocalPolytope`; the
 shared options and ``rho``, ``alpha``, ``adaptive_rho``, ``check_every`` and ``polish`` mean
-what they mean for every ADMM solve (``equality_split`` has nothing to choose here: the
-consistency set is always projected onto exactly).
+what they mean for every ADMM solve, and ``dual_newton`` (the semismooth Newton method of
+:mod:`cvxdp.solvers.local_newton`) applies here only (``equality_split`` has nothing to
+choose here: the consistency set is always projected onto exactly).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def solve_local(problem: cp.Problem, ext: MarginalExtraction, settings: Settings
         max_iters=settings.max_iters, eps_abs=settings.eps_abs, eps_rel=settings.eps_rel,
         time_limit=settings.time_limit, rho=settings.rho, alpha=settings.alpha,
         adaptive_rho=settings.adaptive_rho, check_every=settings.check_every,
-        polish=settings.polish, verbose=settings.verbose, callback=settings.callback)
+        polish=settings.polish, dual_newton=settings.dual_newton, verbose=settings.verbose,
+        callback=settings.callback)
     # like cvxpy: clearing a variable's value (x.value = None) asks for a cold start
     warm = settings.warm_start and all(v.value is not None for v in ext.variables)
     state = cached if warm and isinstance(cached, dict) else None

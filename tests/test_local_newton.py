@@ -1,0 +1,153 @@
+"""The dual semismooth Newton method on the local polytope (``cvxdp.solvers.local_newton``).
+
+It runs first when a ``LocalPolytope`` problem's squared loss measures every cell; each
+instance is checked against Clarabel by ``test_local_polytope.check`` (objective, lower bound,
+point, duals by comparison and by a KKT check), and here it is also checked that the Newton
+method is what certified it -- on random and degenerate instances (one-cell and size-one
+attributes, one clique, disjoint cliques, loops, free totals, extreme scales, noise-free data),
+that it steps aside where it does not apply, that the ADMM takes over when it stops early, and
+that its dual value is a lower bound at any multiplier (weak duality).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import cvxpy as cp
+
+import cvxdp
+from cvxdp.solvers import local_newton
+from cvxdp.solvers.local_admm import LocalProblem
+from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
+from cvxdp.solvers.region_graph import RegionGraph
+
+from test_local_polytope import check, make
+
+PAIRS4 = list(itertools.combinations(range(4), 2))
+
+
+def newton_info(inst):
+    return inst.prob.solver_stats.extra_stats["info"]["dual_newton"]
+
+
+CASES = {
+    "pairs4": ([2, 3, 2, 2], PAIRS4),
+    "triples": ([2, 2, 2, 2], [(0, 1, 2), (1, 2, 3), (0, 3)]),
+    "loop": ([3, 2, 4], [(0, 1), (1, 2), (0, 2)]),
+    "nested": ([2, 3, 2], [(0,), (0, 1), (1, 2), (2,), (0, 1, 2)]),
+    "one-cell": ([1], [(0,)]),
+    "size-one separator": ([2, 1, 2], [(0, 1), (1, 2)]),
+    "single clique": ([3, 2, 2], [(0, 1, 2)]),
+    "disjoint": ([2, 3, 2, 2], [(0, 1), (2, 3)]),
+    "reversed axes": ([2, 3, 4], [(1, 0), (2, 1), (0, 2)]),
+}
+
+
+@pytest.mark.parametrize("total", [100.0, None])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_newton_certifies_and_matches_clarabel(name, total):
+    sizes, cliques = CASES[name]
+    inst = make(sum(map(ord, name)), sizes, cliques, loss="l2", total=total, noise=2.0)
+    check(inst)
+    info = newton_info(inst)
+    assert info is not None and info["converged"], info
+
+
+@pytest.mark.parametrize("total, noise, newton_certifies", [
+    (1e-3, 1e-4, True), (1e-3, 1e4, True), (1e7, 1e4, True), (5.0, 50.0, True),
+    # counts of 1e7 measured to 1: the dual value loses the digits the gap needs (at 1e-7)
+    # before the repaired point does, and the ADMM finishes from the start
+    (1e7, 1.0, False)])
+def test_extreme_scales(total, noise, newton_certifies):
+    """The scales of test_local_polytope.test_extreme_scales (the high signal-to-noise floor
+    it marks, counts of 1e7 measured to 1e-3, holds for either method)."""
+    inst = make(31, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l2", total=total, noise=noise)
+    check(inst)
+    assert newton_info(inst)["converged"] is newton_certifies
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_noise_free_consistent_data_is_returned(free):
+    """Exact marginals of one table (with empty cells): the optimum is the data itself."""
+    rng = np.random.default_rng(8)
+    sizes, cliques = [3, 2, 4], [(0, 1), (1, 2), (0, 2)]
+    table = rng.poisson(2.0, sizes).astype(float)
+    G = RegionGraph(sizes, cliques)
+    y = np.concatenate([table.sum(axis=tuple(a for a in range(3) if a not in c)).ravel() for c in cliques])
+    terms = [LossTerm("l2", slice(int(a), int(b)), y[a:b], 1.0) for a, b in zip(G.offsets[:-1], G.offsets[1:])]
+    p = LocalProblem(G, MarginalLoss(terms, G.n), None if free else float(table.sum()))
+    out = local_newton.solve(p, eps_rel=1e-9, max_iters=100, deadline=float("inf"))
+    assert out.converged
+    np.testing.assert_allclose(out.x, y, atol=1e-8 * table.sum())
+    assert out.objective == pytest.approx(0.0, abs=1e-9)
+
+
+def test_steps_aside_where_a_cell_is_unmeasured():
+    inst = make(21, [2, 3, 2, 2], PAIRS4, loss="l2", total=7.0, unmeasured=(1, 4))
+    check(inst)
+    assert newton_info(inst) is None
+
+
+def test_option_turns_it_off_and_admm_agrees():
+    inst = make(5, [2, 3, 2, 2], PAIRS4, loss="l2", noise=2.0)
+    check(inst, dual_newton=False)
+    assert newton_info(inst) is None
+
+
+def test_admm_takes_over_when_it_stops_early(monkeypatch):
+    monkeypatch.setattr(local_newton, "_MAX_STEPS", 1)
+    inst = make(9, [2, 3, 2, 2], PAIRS4, loss="l2", noise=2.0)
+    check(inst)
+    info = newton_info(inst)
+    assert info["iterations"] == 1 and not info["converged"]
+    assert inst.prob.solver_stats.extra_stats["iterations"] > 1
+
+
+def test_bad_option_value_is_refused():
+    inst = make(5, [2, 3], [(0, 1)], loss="l2")
+    with pytest.raises(ValueError, match="dual_newton"):
+        inst.prob.solve(method="cvxdp", solver=cvxdp.ADMM, dual_newton="yes")
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_dual_value_is_a_lower_bound_at_any_multiplier(free):
+    """Weak duality: at random multipliers (projected) the dual value is below the loss of a
+    point of the local polytope (the projected, mixed data), and at the Newton method's end
+    it meets the optimum."""
+    rng = np.random.default_rng(4)
+    G = RegionGraph([3, 2, 4, 2], [(0, 1), (1, 2), (0, 2), (2, 3)])
+    y = rng.normal(5.0, 3.0, G.n)
+    w = rng.uniform(0.5, 2.0, G.n)
+    terms = [LossTerm("l2", slice(int(a), int(b)), y[a:b], w[a:b]) for a, b in zip(G.offsets[:-1], G.offsets[1:])]
+    p = LocalProblem(G, MarginalLoss(terms, G.n), None if free else 40.0)
+    d = local_newton._Dual(p)
+    from cvxdp.solvers.local_repair import mix
+    feasible = p.loss.value(mix(G, G.project(np.abs(y), p.total), p.total))
+    for _ in range(20):
+        z = d.project(rng.normal(0, 3.0, d.n_dual))
+        g, _, _ = d.evaluate(z)
+        assert g <= feasible
+    out = local_newton.solve(p, eps_rel=1e-9, max_iters=100, deadline=float("inf"))
+    assert out.converged and out.lower <= out.objective + 1e-9 * abs(out.objective)
+    prob, ref = cvxpy_reference(G, y, w, p.total)
+    assert out.objective == pytest.approx(ref, rel=1e-7)
+
+
+def cvxpy_reference(G, y, w, total):
+    """Clarabel on the same problem, the local polytope written with the region marginalisers
+    (each member of a region equal to its first)."""
+    t = cp.Variable(G.n, nonneg=True)
+    cons = []
+    for i, reg in enumerate(G.regions):
+        rows, size = G.region_rows(i), int(np.prod(reg.shape))
+        first = G.M[rows.start:rows.start + size]
+        for j in range(1, reg.members.size):
+            cons.append((first - G.M[rows.start + j * size:rows.start + (j + 1) * size]) @ t == 0)
+    S = np.zeros((len(G.cliques), G.n))
+    for k, (a, b) in enumerate(zip(G.offsets[:-1], G.offsets[1:])):
+        S[k, a:b] = 1.0
+    cons.append(S @ t == total if total is not None else S[1:] @ t == S[0] @ t)
+    prob = cp.Problem(cp.Minimize(0.5 * cp.sum(cp.multiply(w, cp.square(t - y)))), cons)
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
+    return prob, prob.value
