@@ -59,7 +59,7 @@ import scipy.sparse as sp
 
 from .local_repair import mix
 
-__all__ = ["eligible", "NewtonOutcome", "solve"]
+__all__ = ["eligible", "NewtonOutcome", "solve", "MAX_CELLS"]
 
 # Armijo constant and the smallest backtracking step before giving up
 _ARMIJO = 1e-4
@@ -75,6 +75,10 @@ _TIGHTER = 1e-3
 # regularisation of the Newton system, mu = _REG min(1, ||grad||) times its diagonal, which is
 # floored at _DIAG_FLOOR times its median (rows without an active cell)
 _REG = 1e-2
+# ... raised (times _BOOST, at most _BOOST_MAX) after a shortened step and lowered after a full
+# one (Levenberg-Marquardt): far from the solution the active set moves between steps
+_BOOST = 4.0
+_BOOST_MAX = 1e4
 _DIAG_FLOOR = 1e-6
 # relative rounding allowed for in the lower bound (sums of ~n terms of the loss's size)
 _ROUND = 1e-13
@@ -268,7 +272,7 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
     g, x, grad = d.evaluate(z)
     best, lower, lam_z = None, -math.inf, z
     cg_total, history, stopped = 0, [], None
-    best_res, since, extra = math.inf, 0, 0
+    best_res, since, extra, boost = math.inf, 0, 0, 0.0
     it = 0
     for it in range(1, min(max_iters, _MAX_STEPS) + 1):
         if g > lower:
@@ -306,7 +310,7 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
         diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
         diag = np.maximum(diag, _DIAG_FLOOR * max(float(np.median(diag[diag > 0])) if np.any(diag > 0)
                                                   else 1.0, 1e-300))
-        mu = _REG * min(1.0, gn)
+        mu = max(boost, _REG * min(1.0, gn))
         step_dir, steps = _cg(lambda v: d.project(Ma @ (MaT @ v) + mu * diag * v), grad,
                               1.0 / ((1.0 + mu) * diag), d, min(_FORCING, math.sqrt(gn)) * gn, _CG_MAX)
         cg_total += steps
@@ -319,6 +323,8 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
             step *= 0.5
         if g_new < g:                            # no ascent (rounding at the optimum): done
             break
+        # Levenberg-Marquardt: a shortened step raises the damping, a full one lowers it
+        boost = boost / _BOOST if step == 1.0 else min(max(boost * _BOOST, _REG), _BOOST_MAX)
         if res < best_res * _STALL_RATIO:
             best_res, since = res, 0
         else:
