@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from . import result as R
 from .local_repair import mix
 
 __all__ = ["eligible", "NewtonOutcome", "solve", "MAX_CELLS"]
@@ -264,10 +265,8 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
     """Newton steps until the certified gap is at most ``eps_rel``, ``max_iters`` steps, the
     ``deadline`` (``time.perf_counter()``), a stall, or ``stop(row)`` returns a status; the best
     certified point.  ``log(row)`` receives each step's row (the ADMM table's columns)."""
-    from . import result as R
     t0 = time.perf_counter()
     d = _Dual(p)
-    G, total = p.graph, p.total
     z = _start(d)
     g, x, grad = d.evaluate(z)
     best, lower, lam_z = None, -math.inf, z
@@ -278,15 +277,7 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
         if g > lower:
             lower, lam_z = g, z
         res = float(np.abs(grad).max(initial=0.0))
-        if best is None or res < _REPAIR_RESIDUAL * best[2]:
-            # the point is repaired once the consistency residual has fallen (a repair of a
-            # far-off x costs two passes and certifies nothing)
-            pt = mix(G, G.project(x, total), total)
-            f = p.loss.value(pt)
-            if best is None or f < best[0]:
-                best = (f, pt, res)
-            else:
-                best = (best[0], best[1], res)
+        best = _repaired(p, x, res, best)
         row = {"iter": it, "objective": best[0], "lower bnd": lower,
                "rel gap": R.relative_gap(best[0], lower), "pri res": res, "dua res": math.nan,
                "rho": math.nan, "time [s]": time.perf_counter() - t0}
@@ -302,39 +293,59 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
         stopped = stop(row) if stop is not None else None
         if stopped is not None:
             break
-        Ma = d.active_matrix(x)
-        MaT = Ma.T.tocsr()
-        gn = float(np.linalg.norm(grad))
-        # regularised: rows whose cells are all inactive have no curvature (H is singular
-        # there), so H + mu diag(H) with mu -> 0 as the gradient does (superlinear still)
-        diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
-        diag = np.maximum(diag, _DIAG_FLOOR * max(float(np.median(diag[diag > 0])) if np.any(diag > 0)
-                                                  else 1.0, 1e-300))
-        mu = max(boost, _REG * min(1.0, gn))
-        step_dir, steps = _cg(lambda v: d.project(Ma @ (MaT @ v) + mu * diag * v), grad,
-                              1.0 / ((1.0 + mu) * diag), d, min(_FORCING, math.sqrt(gn)) * gn, _CG_MAX)
+        new, step, steps = _step(d, z, g, x, grad, boost)
         cg_total += steps
-        slope, step = float(grad @ step_dir), 1.0
-        while True:
-            z_new = z + step * step_dir
-            g_new, x_new, grad_new = d.evaluate(z_new)
-            if g_new >= g + _ARMIJO * step * slope or step < _MIN_STEP:
-                break
-            step *= 0.5
-        if g_new < g:                            # no ascent (rounding at the optimum): done
+        if new[1] < g:                           # no ascent (rounding at the optimum): done
             break
         # Levenberg-Marquardt: a shortened step raises the damping, a full one lowers it
         boost = boost / _BOOST if step == 1.0 else min(max(boost * _BOOST, _REG), _BOOST_MAX)
-        if res < best_res * _STALL_RATIO:
-            best_res, since = res, 0
-        else:
-            since += 1
-            if since >= _STALL_STEPS:             # the residual does not fall: hand over
-                break
-        z, g, x, grad = z_new, g_new, x_new, grad_new
+        z, g, x, grad = new
+        since = 0 if res < best_res * _STALL_RATIO else since + 1
+        best_res = min(best_res, res) if since else res
+        if since >= _STALL_STEPS:                # the residual does not fall: hand over
+            break
+    if g > lower:
+        lower, lam_z = g, z
     f, pt, _ = best
-    lam = d.cells_of(lam_z, with_tau=False)
-    return NewtonOutcome(x=pt, objective=f, lower=lower, lam=lam, iterations=it, cg_steps=cg_total,
-                         seconds=time.perf_counter() - t0,
+    return NewtonOutcome(x=pt, objective=f, lower=lower, lam=d.cells_of(lam_z, with_tau=False),
+                         iterations=it, cg_steps=cg_total, seconds=time.perf_counter() - t0,
                          converged=R.relative_gap(f, lower) <= eps_rel, face=x, stopped=stopped,
                          history=history)
+
+
+def _repaired(p, x: np.ndarray, res: float, best: tuple | None) -> tuple:
+    """``(loss, point, residual at the last repair)``: the point is repaired (projected onto
+    the consistent tables, mixed into the orthant) once the consistency residual has halved
+    since the last repair -- a repair of a far-off ``x`` costs two passes and certifies
+    nothing -- and kept if its loss is lower."""
+    if best is not None and res >= _REPAIR_RESIDUAL * best[2]:
+        return best
+    G = p.graph
+    pt = mix(G, G.project(x, p.total), p.total)
+    f = p.loss.value(pt)
+    if best is None or f < best[0]:
+        return f, pt, res
+    return best[0], best[1], res
+
+
+def _step(d: _Dual, z, g: float, x, grad, boost: float):
+    """One damped Newton step: ``((z, g, x, grad) at the new point, step length, CG steps)``.
+    The system is regularised, ``H + mu diag(H)``: rows whose cells are all inactive have no
+    curvature; ``mu`` falls with the gradient (the steps stay superlinear) unless the damping
+    ``boost`` is up."""
+    Ma = d.active_matrix(x)
+    MaT = Ma.T.tocsr()
+    gn = float(np.linalg.norm(grad))
+    diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
+    typical = float(np.median(diag[diag > 0])) if np.any(diag > 0) else 1.0
+    diag = np.maximum(diag, _DIAG_FLOOR * max(typical, 1e-300))
+    mu = max(boost, _REG * min(1.0, gn))
+    direction, steps = _cg(lambda v: d.project(Ma @ (MaT @ v) + mu * diag * v), grad,
+                           1.0 / ((1.0 + mu) * diag), d, min(_FORCING, math.sqrt(gn)) * gn, _CG_MAX)
+    slope, step = float(grad @ direction), 1.0
+    while True:
+        z_new = z + step * direction
+        g_new, x_new, grad_new = d.evaluate(z_new)
+        if g_new >= g + _ARMIJO * step * slope or step < _MIN_STEP:
+            return (z_new, g_new, x_new, grad_new), step, steps
+        step *= 0.5
