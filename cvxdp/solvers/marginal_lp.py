@@ -86,7 +86,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 import qdldl
 
-from .junction_tree import JunctionTree
+from .junction_tree import JunctionTree, marginalizer
 from .marginal_loss import MarginalLoss
 from .marginal_polish import local_polytope_matrices
 
@@ -196,6 +196,7 @@ class LocalPolytopeLP:
         self.pure = n2 == 0
         N = self.total
         rows1, b1, w1, rows2, b2, w2 = [], [], [], [], [], []
+        loss_rows1 = []                               # the L1 rows on the loss's cells (routed form)
         self._term_keep = []                          # per term: its rows with w > 0
         for t in loss.terms:
             A = sp.identity(loss.n, format="csr")[t.A] if isinstance(t.A, slice) else t.A
@@ -204,6 +205,7 @@ class LocalPolytopeLP:
             self._term_keep.append(keep)
             if t.kind == "l1":
                 rows1.append(AP[keep])
+                loss_rows1.append(sp.csr_matrix(A)[keep])
                 b1.append(t.b[keep] / N)
                 w1.append(t.w[keep])
             else:
@@ -211,6 +213,8 @@ class LocalPolytopeLP:
                 b2.append(t.b[keep] / N)
                 w2.append(t.w[keep] * N)              # (N w/2) r~^2 per unit of N
         A1 = sp.vstack(rows1).tocsr() if rows1 else sp.csr_matrix((0, ncells))
+        self._A1_loss = sp.vstack(loss_rows1).tocsr() if loss_rows1 else sp.csr_matrix((0, loss.n))
+        self._routed_lp = None
         A2 = sp.vstack(rows2).tocsr() if rows2 else sp.csr_matrix((0, ncells))
         w1 = np.concatenate(w1) if w1 else np.zeros(0)
         w2 = np.concatenate(w2) if w2 else np.zeros(0)
@@ -252,13 +256,70 @@ class LocalPolytopeLP:
         return self._linprog(A, "highs-ipm", time_limit - (time.perf_counter() - start))
 
     def _linprog(self, A, method: str, time_limit: float):
+        """HiGHS on the routed form of the LP (:meth:`_routed`), read back in the original
+        variables and rows: ``(z, y, iterations)`` or ``None``."""
         opts = dict(primal_feasibility_tolerance=_HIGHS_TOL, dual_feasibility_tolerance=_HIGHS_TOL)
         if math.isfinite(time_limit):
             opts["time_limit"] = max(float(time_limit), 0.01)
-        res = linprog(self.c, A_eq=A, b_eq=self.b, bounds=(0, None), method=method, options=opts)
+        Ar, br, cr = self._routed()
+        res = linprog(cr, A_eq=Ar, b_eq=br, bounds=(0, None), method=method, options=opts)
         if res.status != 0 or res.x is None:
             return None
-        return res.x, np.asarray(res.eqlin.marginals), int(getattr(res, "nit", 0) or 0)
+        nx, nm = self.nx, self.loss.n
+        z = np.concatenate([res.x[:nx], res.x[nx + nm:]])
+        y = np.asarray(res.eqlin.marginals)[nm:]
+        return z, y, int(getattr(res, "nit", 0) or 0)
+
+    def _routed(self):
+        """The pure L1 program with the measured marginals ``m = P x`` as variables of their
+        own, each summed from the smallest table that holds it -- another measured marginal of
+        the same clique, or the clique -- and the separator and total rows likewise:
+
+            m - R_m m - R_x x = 0,   A1 m - p + q = b1,   E_x x + E_m m = e,   x, m, p, q >= 0.
+
+        The same feasible set in ``(x, p, q)`` (``m`` is ``P x`` there), with far fewer
+        nonzeros when a large clique holds several measured marginals: a cell of the clique
+        table enters only the largest ones (measured, Adult's 1-way + 2-way seed 0, a 59,500-cell
+        clique under six marginals: 795,435 -> 265,319 nonzeros, HiGHS's interior point 26 s ->
+        10 s).  Its multipliers are the original's: with ``y_E`` the routed ``E`` rows' and
+        ``s_x, s_m`` the routed reduced costs, ``s_x + P^T s_m = P^T A1^T (-y1) - E^T y_E`` is
+        the original reduced cost, non-negative and complementary to ``x`` (``s_m . m = s_m .
+        P x``); ``y_R`` is dropped.  Returns ``(A, b, c)``."""
+        if self._routed_lp is not None:
+            return self._routed_lp
+        tree, nx, nm, n1 = self.tree, self.nx, self.loss.n, self.n1
+        fsz = [math.prod(tree.sizes[a] for a in f) for f in tree.factors]
+        foff = np.concatenate([[0], np.cumsum(fsz)]).astype(np.int64)
+        ncols = nx + nm + 2 * n1
+
+        def block(start, width, M):                 # M on columns start .. start + width
+            return sp.hstack([sp.csr_matrix((M.shape[0], start)), M,
+                              sp.csr_matrix((M.shape[0], ncols - start - width))], format="csr")
+
+        def source(clique, attrs):
+            """The marginal on ``attrs`` from the smallest measured marginal of ``clique``
+            strictly holding them, or from the clique's table."""
+            held = [g for g, f in enumerate(tree.factors)
+                    if tree.home[g] == clique and set(attrs) < set(f)]
+            if held:
+                g = min(held, key=lambda g: fsz[g])
+                return block(nx + int(foff[g]), fsz[g], marginalizer(tree.sizes, tree.factors[g], attrs))
+            return block(int(self.offsets[clique]), int(tree.cells[clique]),
+                         marginalizer(tree.sizes, tree.cliques[clique], attrs))
+
+        rows = [block(nx + int(foff[k]), fsz[k], sp.identity(fsz[k], format="csr"))
+                - source(tree.home[k], f) for k, f in enumerate(tree.factors)]
+        rows.append(sp.hstack([sp.csr_matrix((n1, nx)), self._A1_loss, -sp.identity(n1), sp.identity(n1)],
+                              format="csr"))
+        E = [source(i, tree.separators[i]) - source(tree.parent[i], tree.separators[i])
+             for i in tree.preorder[1:]]
+        if not self.free_total:
+            E.append(source(tree.preorder[0], ()))
+        A = sp.vstack(rows + E, format="csc")
+        b = np.concatenate([np.zeros(nm), self.b])
+        c = np.concatenate([np.zeros(nx + nm), self.c[nx:]])
+        self._routed_lp = (A, b, c)
+        return self._routed_lp
 
     def _ipm(self, deadline: float):
         """Mehrotra predictor-corrector for ``min c^T z + 1/2 z^T diag(q) z, A z = b,
