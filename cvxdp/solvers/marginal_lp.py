@@ -21,7 +21,9 @@ a linear program when there is no L2 row.  It is solved in the units ``x = N u``
 * **Pure L1: a linear program**, solved exactly by HiGHS through ``scipy.optimize.linprog``:
   the dual simplex on models up to ``_SIMPLEX_MAX_NNZ`` nonzeros, the interior point with
   crossover (an optimal vertex with its basis duals) on larger ones or when the simplex does not
-  finish in ``_SIMPLEX_BUDGET`` seconds (measurements at :meth:`LocalPolytopeLP._highs`); cold:
+  finish in ``_SIMPLEX_BUDGET`` seconds (measurements at :meth:`LocalPolytopeLP._highs`), given
+  the *routed* form of the program (:meth:`LocalPolytopeLP._routed`: the measured marginals as
+  variables, each summed from the smallest table holding it; far fewer nonzeros); cold:
   the LP has no use for the mirror-descent iterate, and HiGHS' presolve takes much of the model
   apart anyway.  Should HiGHS fail, the interior point below is tried on the LP.
 * **Mixed L1 + L2: a convex QP with a diagonal Hessian** (``W2`` on ``v``), solved by a
