@@ -151,3 +151,24 @@ def cvxpy_reference(G, y, w, total):
     prob = cp.Problem(cp.Minimize(0.5 * cp.sum(cp.multiply(w, cp.square(t - y)))), cons)
     prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
     return prob, prob.value
+
+
+def test_hands_over_at_once_when_the_dual_outnumbers_the_active_cells(monkeypatch):
+    """The first-step rule (rows per active cell), made to apply to a small problem: the ADMM
+    then solves it from the start, to the same certified optimum."""
+    monkeypatch.setattr(local_newton, "_RATIO_MIN_ROWS", 0)
+    monkeypatch.setattr(local_newton, "_ROWS_PER_ACTIVE", 0.0)
+    inst = make(9, [2, 3, 2, 2], PAIRS4, loss="l2", noise=2.0)
+    check(inst)
+    info = newton_info(inst)
+    assert info["iterations"] == 1 and info["cg_steps"] == 0 and not info["converged"]
+
+
+def test_hands_over_when_its_systems_stay_hard(monkeypatch):
+    """The conjugate-gradient rule: with a cap of one step every system counts as hard, so
+    the method stops after _HARD_STEPS steps and the ADMM finishes."""
+    monkeypatch.setattr(local_newton, "_CG_MAX", 1)
+    inst = make(9, [2, 3, 2, 2], PAIRS4, loss="l2", noise=2.0)
+    check(inst)
+    info = newton_info(inst)
+    assert not info["converged"] and info["iterations"] <= local_newton._HARD_STEPS + 1

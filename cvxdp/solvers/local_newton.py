@@ -37,8 +37,11 @@ Measured (Adult, ``benchmarks/local_polytope.py``): all 91 two-way marginals (14
 reach a 1e-4 certified gap in 14 steps / 0.6 s at noise 10 and 25 steps / 1.1 s at noise 100
 (the ADMM: 1.0 s and 5.6 s).  All 364 three-way marginals (20.9 million cells, 3% of them
 active) do not converge in 2 minutes: far from the solution the active set moves between
-steps, full CG solves give steps of 1e-3, capped ones make slow progress.  So the method is
-tried up to :data:`MAX_CELLS` cells and hands over to the ADMM when the residual stalls.
+steps, full CG solves give steps of 1e-3, capped ones make slow progress; nor do the three-way
+marginals of 9 attributes (156,078 cells: 11 steps, 11 s, where the ADMM certifies in 5 s).
+So the method is tried up to :data:`MAX_CELLS` cells and hands over to the ADMM at once when
+the dual has many more rows than active cells, and later when its systems stay hard or its
+residual stalls (the constants below).
 
 Certificate.  The lower bound is ``g`` itself, less a rounding allowance.  The primal point
 ``x(lam)`` agrees on the regions only at the optimum, so the returned point is its exact
@@ -90,6 +93,21 @@ _ROUND = 1e-13
 _MAX_STEPS = 100
 _STALL_STEPS = 10
 _STALL_RATIO = 0.5
+# ... and when the conjugate gradients have averaged _HARD_CG of their cap over the last
+# _HARD_STEPS steps: the active set is far from settling.  Measured, CG steps per Newton step:
+# Adult's two-way marginals 100, 80, 40, 41, 52, ... (sigma 100) and 83, 32, 31, ... (sigma
+# 10), both certified in under 20 steps; the three-way marginals of 9 attributes (156,078
+# cells) 100, 100, 67, 84, 81, 80, 92, ... uncertified after 11 steps (11 s, where the ADMM
+# certifies in 5 s), and of all 14 (20.9 million cells) 100 at nearly every step
+_HARD_STEPS = 3
+_HARD_CG = 0.75
+# ... or at once, when at the start the dual has more than this many rows per active cell
+# (measured at the first step: two-way marginals 0.48 and 0.23, where it certifies; three-way
+# marginals of 9 attributes 0.82 and of all 14 3.0, where it does not)
+_ROWS_PER_ACTIVE = 0.6
+# ... a rule for duals of at least this many rows (small problems' steps cost milliseconds, and
+# there the totals and one-attribute regions make the ratio high however well it converges)
+_RATIO_MIN_ROWS = 10_000
 # largest problem (cells) it is tried on: Adult's 2-way marginals (148,137 cells) converge in
 # 14-25 steps (0.6-1.1 s, against 1.0-5.6 s for the ADMM); the 3-way ones (20.9 million) do not
 # get near in 2 minutes (see the module docstring)
@@ -272,6 +290,7 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
     best, lower, lam_z = None, -math.inf, z
     cg_total, history, stopped = 0, [], None
     best_res, since, extra, boost = math.inf, 0, 0, 0.0
+    recent_cg: list[int] = []
     it = 0
     for it in range(1, min(max_iters, _MAX_STEPS) + 1):
         if g > lower:
@@ -293,8 +312,15 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
         stopped = stop(row) if stop is not None else None
         if stopped is not None:
             break
-        new, step, steps = _step(d, z, g, x, grad, boost)
+        out = _step(d, z, g, x, grad, boost, first=it == 1)
+        if out is None:                          # too many constraints for the active cells
+            break
+        new, step, steps = out
         cg_total += steps
+        recent_cg.append(steps)
+        if len(recent_cg) >= _HARD_STEPS and \
+                sum(recent_cg[-_HARD_STEPS:]) >= _HARD_CG * _CG_MAX * _HARD_STEPS:
+            break                                # hard systems step after step: hand over
         if new[1] < g:                           # no ascent (rounding at the optimum): done
             break
         # Levenberg-Marquardt: a shortened step raises the damping, a full one lowers it
@@ -328,12 +354,16 @@ def _repaired(p, x: np.ndarray, res: float, best: tuple | None) -> tuple:
     return best[0], best[1], res
 
 
-def _step(d: _Dual, z, g: float, x, grad, boost: float):
-    """One damped Newton step: ``((z, g, x, grad) at the new point, step length, CG steps)``.
+def _step(d: _Dual, z, g: float, x, grad, boost: float, *, first: bool = False):
+    """One damped Newton step: ``((z, g, x, grad) at the new point, step length, CG steps)``,
+    or ``None`` on the ``first`` step when the dual (of at least ``_RATIO_MIN_ROWS`` rows) has
+    more than ``_ROWS_PER_ACTIVE`` rows per active cell (``H`` then has a large null space and the active set is far from settled).
     The system is regularised, ``H + mu diag(H)``: rows whose cells are all inactive have no
     curvature; ``mu`` falls with the gradient (the steps stay superlinear) unless the damping
     ``boost`` is up."""
     Ma = d.active_matrix(x)
+    if first and Ma.shape[0] >= _RATIO_MIN_ROWS and Ma.shape[0] > _ROWS_PER_ACTIVE * Ma.shape[1]:
+        return None
     MaT = Ma.T.tocsr()
     gn = float(np.linalg.norm(grad))
     diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
