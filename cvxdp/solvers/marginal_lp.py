@@ -264,11 +264,11 @@ class LocalPolytopeLP:
         opts = dict(primal_feasibility_tolerance=_HIGHS_TOL, dual_feasibility_tolerance=_HIGHS_TOL)
         if math.isfinite(time_limit):
             opts["time_limit"] = max(float(time_limit), 0.01)
-        Ar, br, cr = self._routed()
+        Ar, br, cr, nm = self._routed()
         res = linprog(cr, A_eq=Ar, b_eq=br, bounds=(0, None), method=method, options=opts)
         if res.status != 0 or res.x is None:
             return None
-        nx, nm = self.nx, self.loss.n
+        nx = self.nx
         z = np.concatenate([res.x[:nx], res.x[nx + nm:]])
         y = np.asarray(res.eqlin.marginals)[nm:]
         return z, y, int(getattr(res, "nit", 0) or 0)
@@ -287,7 +287,9 @@ class LocalPolytopeLP:
         10 s).  Its multipliers are the original's: with ``y_E`` the routed ``E`` rows' and
         ``s_x, s_m`` the routed reduced costs, ``s_x + P^T s_m = P^T A1^T (-y1) - E^T y_E`` is
         the original reduced cost, non-negative and complementary to ``x`` (``s_m . m = s_m .
-        P x``); ``y_R`` is dropped.  Returns ``(A, b, c)``."""
+        P x``); ``y_R`` is dropped.  Returns ``(A, b, c, number of m variables)``: the original
+        program (and zero) when routing does not cut the nonzeros (cliques not much larger than
+        their marginals)."""
         if self._routed_lp is not None:
             return self._routed_lp
         tree, nx, nm, n1 = self.tree, self.nx, self.loss.n, self.n1
@@ -319,9 +321,11 @@ class LocalPolytopeLP:
         if not self.free_total:
             E.append(source(tree.preorder[0], ()))
         A = sp.vstack(rows + E, format="csc")
-        b = np.concatenate([np.zeros(nm), self.b])
-        c = np.concatenate([np.zeros(nx + nm), self.c[nx:]])
-        self._routed_lp = (A, b, c)
+        if A.nnz >= self.A.nnz:                     # small cliques: the m variables cost more
+            self._routed_lp = (self.A.tocsc(), self.b, self.c, 0)
+        else:
+            self._routed_lp = (A, np.concatenate([np.zeros(nm), self.b]),
+                               np.concatenate([np.zeros(nx + nm), self.c[nx:]]), nm)
         return self._routed_lp
 
     def _ipm(self, deadline: float):
