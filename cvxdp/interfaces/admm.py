@@ -112,8 +112,9 @@ def _map_duals(ext: Extraction, duals: dict) -> dict[int, Any]:
         coords = np.flatnonzero(src >= 0)
         ids = src[coords]
         vals = np.asarray(s, dtype=float)[coords] / np.abs(coefs[ids])
-        for cid in np.unique(cids[ids]).tolist():
-            mine = cids[ids] == cid
+        owner = cids[ids]
+        for cid in np.unique(owner).tolist():
+            mine = owner == cid
             ineq_vals[cid][rows[ids[mine]]] = vals[mine]
     order = duals.get("order")
     if order is not None and ext.data.chains is not None:

@@ -256,15 +256,14 @@ def _threshold(A: np.ndarray, c: np.ndarray, N: float) -> float:
     return float(taus[k])
 
 
-def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float,
-        cap: int) -> tuple[np.ndarray, int]:
+def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float) -> tuple[np.ndarray, int]:
     """Preconditioned conjugate gradients for ``H x = rhs`` on the range of ``P``."""
     x = np.zeros_like(rhs)
     r = rhs.copy()
     s = d.project(prec * r)
     p = s.copy()
     rs = float(r @ s)
-    for step in range(1, cap + 1):
+    for step in range(1, _CG_MAX + 1):
         Hp = H(p)
         pHp = float(p @ Hp)
         if not pHp > 0:
@@ -278,7 +277,7 @@ def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float,
         rs_new = float(r @ s)
         p = s + (rs_new / rs) * p
         rs = rs_new
-    return x, cap
+    return x, _CG_MAX
 
 
 def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
@@ -374,7 +373,7 @@ def _step(d: _Dual, z, g: float, x, grad, boost: float, *, first: bool = False):
     diag = np.maximum(diag, _DIAG_FLOOR * max(typical, 1e-300))
     mu = max(boost, _REG * min(1.0, gn))
     direction, steps = _cg(lambda v: d.project(Ma @ (MaT @ v) + mu * diag * v), grad,
-                           1.0 / ((1.0 + mu) * diag), d, min(_FORCING, math.sqrt(gn)) * gn, _CG_MAX)
+                           1.0 / ((1.0 + mu) * diag), d, min(_FORCING, math.sqrt(gn)) * gn)
     slope, step = float(grad @ direction), 1.0
     while True:
         z_new = z + step * direction
