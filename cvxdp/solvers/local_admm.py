@@ -188,6 +188,7 @@ class _Run:
         self.polish_info = {"attempts": 0, "cg_steps": 0}
         self.newton_info: dict | None = None
         self.newton_face: np.ndarray | None = None
+        self.newton_lam: np.ndarray | None = None
 
     # ------------------------------------------------------------------ iteration
     def x_update(self) -> None:
@@ -317,7 +318,7 @@ class _Run:
                           + ("" if out.converged or out.stopped else "; the ADMM goes on"))
         if out.converged or self.gap() <= s.eps_rel:
             self.nu = out.face.copy()              # the face the multipliers' polish starts from
-            self.newton_face = out.face
+            self.newton_face, self.newton_lam = out.face, out.lam
             return R.OPTIMAL, out.iterations
         if out.stopped is not None or time.perf_counter() - t0 >= s.time_limit:
             return out.stopped or R.OPTIMAL_INACCURATE, out.iterations
@@ -415,10 +416,11 @@ class _Run:
                     y = self._multipliers_from(self.best[1], _orthogonal(self.p, lam))
         if y is None and self.newton_face is not None:
             # the dual Newton's minimiser: its gradient pairs with the multiplier it came with
-            # (the returned point is that minimiser repaired, a little off the optimum); after
-            # the polish, which is exact where it settles (measured: on Adult's two-way
-            # marginals it does not, and this certifies them)
-            y = self._multipliers_from(self.best[1], self.lam_best, at=self.newton_face)
+            # (the returned point is that minimiser repaired, a little off the optimum; the
+            # polish may have replaced the best bound's multiplier); after the polish, which is
+            # exact where it settles (measured: on Adult's two-way marginals it does not, and
+            # this certifies them)
+            y = self._multipliers_from(self.best[1], self.newton_lam, at=self.newton_face)
         return y
 
     def _multipliers_from(self, x: np.ndarray, lam: np.ndarray, *,
