@@ -36,21 +36,26 @@ active cells only (about 3% of the cells on Adult's all three-way marginals), re
 per step.
 
 Measured (Adult, ``benchmarks/local_polytope.py``): all 91 two-way marginals (148,137 cells)
-reach a 1e-4 certified gap in 16 steps / 0.4 s at noise 10 and 20 steps / 0.6 s at noise 100
-on arrays (the ADMM: 100 and 200 iterations; through ``prob.solve`` 0.9 s and 1.0 s with the
-duals, against the ADMM's 1.0 s and 5.6 s without).  All 364 three-way marginals (20.9 million cells, 3% of them
-active) do not converge in 2 minutes: far from the solution the active set moves between
-steps, full CG solves give steps of 1e-3, capped ones make slow progress; nor do the three-way
-marginals of 9 attributes (156,078 cells: 11 steps, 11 s, where the ADMM certifies in 5 s).
-So the method is tried up to :data:`MAX_CELLS` cells and hands over to the ADMM at once when
-a large dual has more than 0.6 rows per active cell, and later when its systems stay hard or
-its residual stalls (the constants below).
+reach a 1e-4 certified gap in 11 steps at noise 10 and 13 steps at noise 100; through
+``prob.solve`` 0.4 s and 0.5 s with the duals (the ADMM: 100 and 200 iterations, 1.0 s and
+5.6 s, without).  The three-way marginals of 9 attributes (156,078 cells) converge too (15
+steps, 4 s at noise 10), but the ADMM alone is faster there (2-3 s) and at noise 100 the
+Newton's point does not certify in 24 steps; all 364 three-way marginals (20.9 million cells,
+3-8% of them active) do not converge in 2 minutes: far from the solution the active set moves
+between steps (16 steps, 117 s: lower bound 1.03221e7 against the optimum's 1.03233e7, the
+residual still 4e3).  So the method is tried up to :data:`MAX_CELLS` cells and hands over to
+the ADMM at once when a large dual has more than 0.6 rows per active cell, and later when its
+systems stay hard or its residual stalls (the constants below).
 
 Certificate.  The lower bound is ``g`` itself, less a rounding allowance.  The primal point
 ``x(lam)`` agrees on the regions only at the optimum, so the returned point is its exact
 projection onto the consistent tables with total ``N`` made non-negative by
 :func:`cvxdp.solvers.local_repair.mix`: a point of ``L(N)``, whose loss is the upper bound; as
-the Newton steps drive the consistency residual to zero, the two meet.  The per-cell multiplier
+the Newton steps drive the consistency residual to zero, the two meet.  Mixing spreads its
+correction over every cell, so near the end ``x(lam)`` is first moved on its own face
+(:func:`_face_repair`: the least change on the active cells that makes it consistent, one
+conjugate-gradient solve with ``H`` unregularised), and only the cells that this leaves
+negative are mixed away.  The per-cell multiplier
 ``M^T lam`` (orthogonal to every consistent direction, as ``sum_j lam_{R,j} = 0``) is handed to the
 ADMM's certificate of the duals.
 """
