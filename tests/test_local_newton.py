@@ -172,3 +172,54 @@ def test_hands_over_when_its_systems_stay_hard(monkeypatch):
     check(inst)
     info = newton_info(inst)
     assert not info["converged"] and info["iterations"] <= local_newton._HARD_STEPS + 1
+
+
+def _sparse_problem(free, seed=6):
+    """Noisy marginals of a mostly empty table: many cells are zero at the optimum."""
+    rng = np.random.default_rng(seed)
+    G = RegionGraph([4, 3, 5, 2], [(0, 1), (1, 2), (0, 2), (2, 3)])
+    y = rng.normal(0.0, 3.0, G.n) + np.where(rng.uniform(size=G.n) < 0.3, 8.0, 0.0)
+    w = rng.uniform(0.5, 2.0, G.n)
+    terms = [LossTerm("l2", slice(int(a), int(b)), y[a:b], w[a:b])
+             for a, b in zip(G.offsets[:-1], G.offsets[1:])]
+    return G, y, w, LocalProblem(G, MarginalLoss(terms, G.n), None if free else 60.0)
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_face_repair_is_consistent_on_its_face(free):
+    """The face repair moves only the active cells of the dual minimiser and, where it clips
+    no cell, makes the tables consistent to its conjugate gradients' tolerance (the residual
+    is the gradient's, at the repaired point); where it clips, the residual still falls."""
+    G, y, w, p = _sparse_problem(free)
+    d = local_newton._Dual(p)
+    z = local_newton._start(d)
+    g, x, grad = d.evaluate(z)
+    clean = 0
+    for _ in range(12):
+        out = local_newton._face_repair(d, x, grad)
+        assert np.all(out >= 0) and np.all(out[x == 0] == 0)
+        _, _, before = d.evaluate(z)
+        after = d.project(np.concatenate([np.concatenate(
+            [m.ravel() for m in G.region_marginals(out)]),
+            G.totals(out) - (0.0 if free else p.total)]))
+        if np.count_nonzero(out) == np.count_nonzero(x):
+            clean += 1
+            assert np.linalg.norm(after) <= 2 * local_newton._FACE_TOL * np.linalg.norm(before) \
+                + 1e-12 * x.sum()              # rounding
+        assert np.linalg.norm(after) <= np.linalg.norm(before) + 1e-9
+        (z, g, x, grad), _, _ = local_newton._step(d, z, g, x, grad, 0.0)
+    assert clean >= 3                          # near the optimum nothing is clipped
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_sparse_optimum_matches_clarabel(free):
+    """Many cells zero at the optimum (the face repair certifies there): the optimum to 1e-9
+    and the point against Clarabel's."""
+    G, y, w, p = _sparse_problem(free)
+    out = local_newton.solve(p, eps_rel=1e-9, max_iters=100, deadline=float("inf"))
+    prob, ref = cvxpy_reference(G, y, w, p.total)
+    assert out.converged and out.lower <= ref + 1e-9 * abs(ref)
+    assert out.objective == pytest.approx(ref, rel=1e-9)
+    assert np.mean(out.face == 0) > 0.2
+    t = prob.variables()[0].value
+    assert np.max(np.abs(out.x - t)) <= 1e-4 * max(1.0, np.abs(t).max())

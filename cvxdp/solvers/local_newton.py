@@ -84,8 +84,13 @@ _FORCING = 0.1
 # face repair certifies the gap while the minimiser's residual is still 0.2 on Adult's
 # two-way marginals)
 _EXTRA_STEPS = 2
-# relative tolerance of the face repair's conjugate gradients
-_FACE_TOL = 1e-3
+# relative tolerance of the face repair's conjugate gradients, and its regularisation (times
+# the floored diagonal): ``H`` is singular (redundant regions, rows without an active cell),
+# and a residual at rounding level has parts in its null space, along which unregularised
+# conjugate gradients diverged (measured: multipliers of 1e18 and a move of 768 from a
+# residual of 6e-10)
+_FACE_TOL = 1e-6
+_FACE_REG = 1e-10
 # regularisation of the Newton system, mu = _REG min(1, ||grad||) times its diagonal, which is
 # floored (in the regularisation and the preconditioner) at _DIAG_FLOOR times its median.  The
 # floor damps the rows with few or no active cells: their curvature is near zero, so an
@@ -418,15 +423,17 @@ class _Primal:
 def _face_repair(d: _Dual, x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """``x`` moved on its face ``{t: t_i = 0 where x_i = 0}`` to the consistent tables nearest
     in the loss's metric: ``x - D M_a^T y`` with ``H y = grad`` (``grad``, the gradient at
-    ``x``, is its consistency residual; ``H = P M_a D M_a^T P`` unregularised, ``D = diag(1 /
-    A)``), solved by conjugate gradients, then clipped at zero (cells leaving the face)."""
+    ``x``, is its consistency residual; ``H = P M_a D M_a^T P``, ``D = diag(1 / A)``, all but
+    unregularised), solved by conjugate gradients, then clipped at zero (cells leaving the
+    face)."""
     Ma = d.active_matrix(x)
     if Ma.shape[1] == 0:
         return x
     MaT = Ma.T.tocsr()
     diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
     diag = np.maximum(diag, _DIAG_FLOOR * float(np.median(diag[diag > 0])))
-    y, _ = _cg(lambda v: d.project(Ma @ (MaT @ v)), grad, 1.0 / diag, d,
+    reg = _FACE_REG * diag
+    y, _ = _cg(lambda v: d.project(Ma @ (MaT @ v) + reg * v), grad, 1.0 / (diag + reg), d,
                _FACE_TOL * float(np.linalg.norm(grad)))
     e = np.flatnonzero(x > 0)                # the columns of Ma, in order
     out = x.copy()
