@@ -57,16 +57,14 @@ from . import local_newton
 from .local_loss import CellLoss, split_loss
 from .local_polish import polish
 from .local_repair import MarginFitter, mix
+from .local_tau import TAU_STEPS as _TAU_STEPS, per_cell as _per_cell, tau_bisect as _tau, \
+    tau_root as _tau_root
 from .free_total import spanning_terms, total_bound
 from .marginal_loss import MarginalLoss
 from .region_graph import RegionGraph
 
 __all__ = ["LocalSettings", "LocalProblem", "solve", "lower_bound"]
 
-# bisection steps for each clique's multiplier tau (the bound is valid for any tau)
-_TAU_STEPS = 60
-# ... which stop once the clique sums meet the total to this relative error
-_TAU_TOL = 1e-14
 # free total: steps to bracket the common clique total, then secant steps on it
 _BRACKET_STEPS = 12
 _SECANT_STEPS = 20
@@ -509,63 +507,6 @@ def _centred(p: LocalProblem, lam: np.ndarray) -> np.ndarray:
     total multiplier) would enter it as ``const * (x - U)``, rounding at ``1e-16 const N``."""
     means = np.add.reduceat(lam, p.graph.offsets[:-1]) / p.graph.cells
     return lam - _per_cell(p, means)
-
-
-def _per_cell(p: LocalProblem, v: np.ndarray) -> np.ndarray:
-    """A per-clique value repeated over the clique's cells."""
-    return np.repeat(v, p.graph.cells)
-
-
-def _tau(p: LocalProblem, g: np.ndarray, target: float, upper: float,
-         strict: bool = False) -> np.ndarray:
-    """Per-clique ``tau`` (bisection): the largest with the clique's minimiser summing to at
-    most ``target`` (``strict``: to less than ``target``).  The bound is concave in ``tau_k``
-    and flat between the two: any ``tau_k`` there is a maximiser."""
-    c, G = p.cells, p.graph
-    off = G.offsets[:-1]
-    base = c.C - g
-    # below lo every cell's minimiser is 0; at hi some cell alone reaches the target
-    lo = np.minimum.reduceat(-base - c.w, off)
-    hi = np.maximum(np.minimum.reduceat(c.A * target + c.w - base, off), lo)
-    for _ in range(_TAU_STEPS):
-        mid = 0.5 * (lo + hi)
-        sums = np.add.reduceat(c.argmin(c.A, base + _per_cell(p, mid), upper), off)
-        over = sums >= target if strict else sums > target
-        hi = np.where(over, mid, hi)
-        lo = np.where(over, lo, mid)
-    return lo
-
-
-def _tau_root(p: LocalProblem, g: np.ndarray, target: float, upper: float) -> np.ndarray:
-    """Per-clique ``tau`` with the clique's minimiser summing to ``target`` (the maximiser of
-    the concave bound in ``tau_k``), by safeguarded Newton steps on the clique sums: they are
-    piecewise linear and non-decreasing in ``tau`` (convex while no cell reaches ``upper``),
-    so Newton from the right converges in a few passes where bisection needs sixty; a step
-    leaving the bracket is replaced by its midpoint.  Any ``tau`` gives a valid bound: the
-    result only has to be near the maximiser."""
-    c, G = p.cells, p.graph
-    off = G.offsets[:-1]
-    base = c.C - g
-    lo = np.minimum.reduceat(-base - c.w, off)
-    hi = np.maximum(np.minimum.reduceat(c.A * target + c.w - base, off), lo)
-    inv = np.where(c.A > 0, 1.0 / np.where(c.A > 0, c.A, 1.0), 0.0)
-    t = hi.copy()
-    for _ in range(_TAU_STEPS):
-        x = c.argmin(c.A, base + _per_cell(p, t), upper)
-        sums = np.add.reduceat(x, off)
-        over = sums > target
-        hi = np.where(over, np.minimum(hi, t), hi)
-        lo = np.where(over, lo, np.maximum(lo, t))
-        done = np.abs(sums - target) <= _TAU_TOL * target
-        done |= (hi - lo) <= _TAU_TOL * np.maximum(np.abs(lo), np.abs(hi))
-        if np.all(done):
-            break
-        slope = np.add.reduceat(np.where((x > 0) & (x < upper), inv, 0.0), off)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            newton = t - (sums - target) / slope
-        inside = (slope > 0) & (newton > lo) & (newton < hi)
-        t = np.where(done, t, np.where(inside, newton, 0.5 * (lo + hi)))
-    return t
 
 
 def lower_bound(p: LocalProblem, lam: np.ndarray, z: list[np.ndarray], total: float,

@@ -70,6 +70,7 @@ import scipy.sparse as sp
 
 from . import result as R
 from .local_repair import mix
+from .local_tau import tau_root
 
 __all__ = ["eligible", "NewtonOutcome", "solve", "MAX_CELLS"]
 
@@ -275,23 +276,10 @@ def _start(d: _Dual) -> np.ndarray:
     z = np.zeros(d.n_dual)
     if d.free:
         return z
-    G, N = d.G, float(d.p.total)
-    for k in range(len(G.cliques)):
-        a, b = int(G.offsets[k]), int(G.offsets[k + 1])
-        z[d.base[-1] + k] = _threshold(d.A[a:b], d.c[a:b], N)
+    N = float(d.p.total)
+    # tau_root's multiplier enters the linear term with the opposite sign
+    z[d.base[-1]:] = -tau_root(d.p, np.zeros(d.G.n), N, N)
     return z
-
-
-def _threshold(A: np.ndarray, c: np.ndarray, N: float) -> float:
-    """``tau`` with ``sum max(0, c - tau / A) = N``: the sum is piecewise linear in ``tau`` with
-    breakpoints ``A c``; with the ``k`` largest breakpoints active it is ``S_c - tau S_1/A``
-    (prefix sums), and the root lies on the last segment whose own root keeps its cells
-    active (the rule of the projection onto a simplex, weighted)."""
-    bp = A * c
-    order = np.argsort(-bp)
-    taus = (np.cumsum(c[order]) - N) / np.cumsum(1.0 / A[order])
-    k = int(np.flatnonzero(bp[order] > taus).max(initial=0))
-    return float(taus[k])
 
 
 def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float) -> tuple[np.ndarray, int]:
