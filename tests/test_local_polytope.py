@@ -459,9 +459,6 @@ HIGH_SNR_FLOOR = (
     "ADMM multipliers are ~1e7 and the certified bound carries a rounding allowance of "
     "1e-14 * |multiplier| * sum|x - U| (local_admm.lower_bound), larger than eps_rel = 1e-7 of "
     "the loss: the status is optimal_inaccurate, not a false optimal")
-SLOW_L1 = ("L1 rows at signal/noise 1e7: the gap does not close within max_iters (the point "
-           "is 4e-2 relative above the optimum after 3000 iterations)")
-
 
 @pytest.mark.parametrize("total,noise,loss", [
     (1e-3, 1e-3, "l2"), (1e-3, 1e-3, "l1"), (1e-3, 1e4, "l2"), (1e-3, 1e4, "l1"),
@@ -469,7 +466,7 @@ SLOW_L1 = ("L1 rows at signal/noise 1e7: the gap does not close within max_iters
     (1e7, 1e4, "l2"), (1e7, 1e4, "l1"),
     (1e7, 1.0, "l2"),
     pytest.param(1e7, 1e-3, "l2", marks=pytest.mark.xfail(strict=True, reason=HIGH_SNR_FLOOR)),
-    pytest.param(1e7, 1.0, "l1", marks=pytest.mark.xfail(strict=True, reason=SLOW_L1)),
+    (1e7, 1.0, "l1"),
 ])
 def test_extreme_scales(total, noise, loss):
     """Totals 1e-3 .. 1e7 and noise 1e-3 .. 1e4 (the reference is written around the true

@@ -53,7 +53,7 @@ import scipy.sparse as sp
 
 from . import result as R
 from ._table import IterationTable
-from . import local_newton
+from . import local_newton, local_proximal
 from .local_loss import CellLoss, split_loss
 from .local_polish import polish
 from .local_repair import MarginFitter, mix
@@ -160,6 +160,7 @@ class _Run:
             self.r, self.v = state["r"].copy(), state["v"].copy()
             self.rho = float(state["rho"]) if s.rho is None else s.rho
             self.warm = True
+            self.newton_warm = state.get("newton")     # the dual Newton's end, if it certified
         else:
             self.nu = G.uniform(est)
             self.u = np.zeros(n)
@@ -167,6 +168,7 @@ class _Run:
             self.v = np.zeros(m)
             self.rho = s.rho if s.rho is not None else _default_rho(p, est)
             self.warm = False
+            self.newton_warm = None
         self.x = G.project(self.nu, p.total)
         # residual balancing pulls rho far below the curvature on large tables (measured on
         # Adult's pairs: 35x below and 5-7x slower with squared losses; with absolute losses
@@ -187,6 +189,7 @@ class _Run:
         self.newton_info: dict | None = None
         self.newton_face: np.ndarray | None = None
         self.newton_lam: np.ndarray | None = None
+        self.newton_end: dict | None = None
 
     # ------------------------------------------------------------------ iteration
     def x_update(self) -> None:
@@ -259,8 +262,11 @@ class _Run:
         p, s = self.p, self.s
         self.table.header(f"cvxdp ADMM on the local polytope: {len(p.graph.cliques)} cliques, "
                           f"{p.graph.n} cells, {len(p.graph.regions)} regions")
-        if s.dual_newton and not self.warm and local_newton.eligible(p):
-            status, done = self.newton(t0)
+        # a warm start from the ADMM's own state goes on with the ADMM; from the Newton's,
+        # with the Newton
+        if s.dual_newton and (not self.warm or self.newton_warm is not None) and \
+                (local_newton.eligible(p) or local_proximal.eligible(p)):
+            status, done = self.newton(t0, proximal=not local_newton.eligible(p))
             if status is not None:
                 return self.result(status, done)
         status, it, checks = None, 0, 0
@@ -289,17 +295,24 @@ class _Run:
             status = R.OPTIMAL_INACCURATE
         return self.result(status, it)
 
-    def newton(self, t0: float) -> tuple[str | None, int]:
-        """The dual Newton of :mod:`cvxdp.solvers.local_newton`: its best point and bound
-        become the ADMM's; ``(status, steps)`` with the status to stop with, or ``None`` (it
-        did not certify ``eps_rel``: the ADMM goes on from the start)."""
+    def newton(self, t0: float, *, proximal: bool = False) -> tuple[str | None, int]:
+        """The dual Newton of :mod:`cvxdp.solvers.local_newton` (``proximal``: its proximal
+        point form for absolute rows, :mod:`cvxdp.solvers.local_proximal`): its best point and
+        bound become the ADMM's; ``(status, steps)`` with the status to stop with, or ``None``
+        (it did not certify ``eps_rel``: the ADMM goes on from the start)."""
         s = self.s
 
         def stop(row):
             return R.check_stop(row, eps_rel=s.eps_rel, callback=s.callback,
                                 time_limit=s.time_limit, elapsed=time.perf_counter() - t0)
-        out = local_newton.solve(self.p, eps_rel=s.eps_rel, max_iters=s.max_iters,
-                                 deadline=t0 + s.time_limit, log=self.table.row, stop=stop)
+        opts = dict(eps_rel=s.eps_rel, max_iters=s.max_iters, deadline=t0 + s.time_limit,
+                    log=self.table.row, stop=stop)
+        warm = self.newton_warm or {}
+        if proximal:
+            out = local_proximal.solve(self.p, bound=self.bound_at, z0=warm.get("z"),
+                                       t0=warm.get("t"), **opts)
+        else:
+            out = local_newton.solve(self.p, z0=warm.get("z"), **opts)
         self.newton_info = {"iterations": out.iterations, "cg_steps": out.cg_steps,
                             "seconds": out.seconds, "converged": out.converged}
         self.history.extend(out.history)
@@ -311,12 +324,14 @@ class _Run:
             # the ADMM's bound at the same multiplier: centred and with each clique's tau by
             # bisection, it keeps the digits that the dual value loses at large totals
             self.bound(_orthogonal(self.p, out.lam), [], float(np.max(np.abs(out.lam), initial=0.0)))
-        self.table.footer(f"dual semismooth Newton: {out.iterations} steps, {out.cg_steps} CG "
+        self.table.footer(f"dual semismooth Newton{' (proximal steps)' if proximal else ''}: "
+                          f"{out.iterations} steps, {out.cg_steps} CG "
                           f"steps, {out.seconds:.2f} s, certified gap {self.gap():.1e}"
                           + ("" if out.converged or out.stopped else "; the ADMM goes on"))
         if out.converged or self.gap() <= s.eps_rel:
             self.nu = out.face.copy()              # the face the multipliers' polish starts from
             self.newton_face, self.newton_lam = out.face, out.lam
+            self.newton_end = {"z": out.z, "t": out.face}
             return R.OPTIMAL, out.iterations
         if out.stopped is not None or time.perf_counter() - t0 >= s.time_limit:
             return out.stopped or R.OPTIMAL_INACCURATE, out.iterations
@@ -353,6 +368,12 @@ class _Run:
                 and gap > 0.5 * self.last_gap:
             self.try_polish()
         self.last_gap = gap
+
+    def bound_at(self, lam: np.ndarray) -> float:
+        """The lower bound at a per-cell multiplier (known total, no coupled rows)."""
+        lam = _orthogonal(self.p, lam)
+        return lower_bound(self.p, lam, [], self.p.total, self.p.total,
+                           raw=float(np.max(np.abs(lam), initial=0.0)))
 
     def bound(self, lam: np.ndarray, z: list, raw: float) -> None:
         """Raise the lower bound with ``lam`` (computed from a vector of size ``raw``)."""
@@ -397,7 +418,8 @@ class _Run:
             iterations=it, primal_residual=p.graph.residual(x, p.total), dual_residual=r_d,
             history=self.history, info=info,
             state={"n": p.graph.n, "m": 0 if p.Q is None else p.Q.shape[0], "nu": self.nu,
-                   "u": self.u, "r": self.r, "v": self.v, "rho": self.rho})
+                   "u": self.u, "r": self.r, "v": self.v, "rho": self.rho,
+                   "newton": self.newton_end})
 
     def multipliers(self, status: str) -> np.ndarray | None:
         """``-G`` (module docstring) if its linearised bound certifies the returned point;

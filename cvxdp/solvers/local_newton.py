@@ -174,6 +174,7 @@ class NewtonOutcome:
     face: np.ndarray | None = None           # the dual's minimiser x(lam): its zeros are the face
     stopped: str | None = None               # the status ``stop`` returned, if it ended the run
     history: list[dict] = field(default_factory=list)
+    z: np.ndarray | None = None              # the final dual vector (a warm start's)
 
 
 class _Dual:
@@ -193,7 +194,8 @@ class _Dual:
                 axes = tuple(G.cliques[k].index(a) for a in r.attrs)
                 self.of_clique[k].append((i, j, axes))
         self.A, self.c, self.r = p.cells.A, p.cells.c, p.cells.r
-        self.inv_A, self.half_A = 1.0 / self.A, 0.5 * self.A
+        with np.errstate(divide="ignore"):      # absolute rows (local_proximal) replace A
+            self.inv_A, self.half_A = 1.0 / self.A, 0.5 * self.A
         self.r_sum = float(self.r.sum())
 
     def project(self, z: np.ndarray) -> np.ndarray:
@@ -242,14 +244,20 @@ class _Dual:
         grad[self.base[-1]:] -= N
         return g, x, self.project(grad)
 
+    def active(self, x: np.ndarray) -> np.ndarray:
+        """The cells where ``x(lam)`` moves with the multiplier (``dx_i / ds_i = -1 / A_i``):
+        for squared rows, the positive ones."""
+        return x > 0
+
     def active_matrix(self, x: np.ndarray) -> sp.csr_matrix:
-        """``M`` (with the totals' rows) restricted to the cells where ``x > 0``: rows dual,
+        """``M`` (with the totals' rows) restricted to the active cells of ``x``: rows dual,
         columns the active cells in order, each column scaled by ``1 / sqrt(A)``."""
         G = self.G
+        act = self.active(x)
         rows, cols, vals, start = [], [], [], 0
         for k in range(len(G.cliques)):
             a, b = int(G.offsets[k]), int(G.offsets[k + 1])
-            e = np.flatnonzero(x[a:b] > 0)
+            e = np.flatnonzero(act[a:b])
             if e.size == 0:
                 continue
             multi = np.unravel_index(e, G.shapes[k])
@@ -268,6 +276,13 @@ class _Dual:
             return sp.csr_matrix((self.n_dual, 0))
         return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                              shape=(self.n_dual, start))
+
+
+def start_from(d: _Dual, z0: np.ndarray | None) -> np.ndarray:
+    """A previous solve's dual vector if it has this problem's layout, else :func:`_start`."""
+    if z0 is not None and z0.shape == (d.n_dual,) and np.all(np.isfinite(z0)):
+        return d.project(z0)
+    return _start(d)
 
 
 def _start(d: _Dual) -> np.ndarray:
@@ -290,6 +305,8 @@ def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float) -> tuple[np.
     s = d.project(prec * r)
     p = s.copy()
     rs = float(r @ s)
+    if not rs > 0:                               # a zero right-hand side
+        return x, 0
     for step in range(1, _CG_MAX + 1):
         Hp = H(p)
         pHp = float(p @ Hp)
@@ -308,13 +325,14 @@ def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float) -> tuple[np.
 
 
 def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
-          stop=None) -> NewtonOutcome:
+          stop=None, z0: np.ndarray | None = None) -> NewtonOutcome:
     """Newton steps until the certified gap is at most ``eps_rel``, ``max_iters`` steps, the
     ``deadline`` (``time.perf_counter()``), a stall, or ``stop(row)`` returns a status; the best
-    certified point.  ``log(row)`` receives each step's row (the ADMM table's columns)."""
+    certified point.  ``log(row)`` receives each step's row (the ADMM table's columns); ``z0``
+    is a previous solve's final multiplier (:attr:`NewtonOutcome.z`) to start from."""
     t0 = time.perf_counter()
     d = _Dual(p)
-    z = _start(d)
+    z = start_from(d, z0)
     g, x, grad = d.evaluate(z)
     best, lower, lam_z = _Primal(), -math.inf, z
     cg_total, history, stopped = 0, [], None
@@ -365,7 +383,7 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
     return NewtonOutcome(x=pt, objective=f, lower=lower, lam=d.cells_of(lam_z, with_tau=False),
                          iterations=it, cg_steps=cg_total, seconds=time.perf_counter() - t0,
                          converged=R.relative_gap(f, lower) <= eps_rel, face=x, stopped=stopped,
-                         history=history)
+                         history=history, z=z)
 
 
 def _best_dual(g: float, z: np.ndarray, lower: float, lam_z: np.ndarray):
@@ -389,9 +407,13 @@ class _Primal:
         self.first = self.mixed = self.faced = math.inf      # residuals: first, last repairs
 
     def offer(self, p, d: "_Dual", x: np.ndarray, grad: np.ndarray, res: float, lower: float,
-              eps_rel: float) -> None:
+              eps_rel: float, *, always: bool = False) -> None:
+        """``always``: repair whatever the residual (the proximal steps' points improve while
+        each step's residual stays at rounding)."""
         if self.point is None:
             self.first = res
+        if always:
+            self.mixed = self.faced = math.inf
         if res < _REPAIR_RESIDUAL * self.mixed:
             self.mixed = res
             self._keep(p, x)
@@ -423,7 +445,7 @@ def _face_repair(d: _Dual, x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     reg = _FACE_REG * diag
     y, _ = _cg(lambda v: d.project(Ma @ (MaT @ v) + reg * v), grad, 1.0 / (diag + reg), d,
                _FACE_TOL * float(np.linalg.norm(grad)))
-    e = np.flatnonzero(x > 0)                # the columns of Ma, in order
+    e = np.flatnonzero(d.active(x))          # the columns of Ma, in order
     out = x.copy()
     out[e] -= (MaT @ y) / np.sqrt(d.A[e])
     return np.maximum(out, 0.0, out=out)
