@@ -87,9 +87,22 @@ class _ProxDual(_Dual):
         self.A = c.A + 1.0 / sigma
         self.k0 = c.C + t / sigma                # the linear term of the quadratic part
         self.inv_A, self.half_A = 1.0 / self.A, 0.5 * self.A
+        self.w_over_A = c.w * self.inv_A
 
     def minimiser(self, s: np.ndarray) -> np.ndarray:
-        return self.p.cells.argmin(self.A, self.k0 - s, math.inf, curved=True)
+        """``max(0, b + soft(v - b, w / A))`` with ``v = (k0 - s) / A``: the soft threshold at
+        ``b`` clipped at zero (in place: the general ``CellLoss.argmin`` is a third of a
+        step's time on large tables)."""
+        c = self.p.cells
+        x = np.subtract(self.k0, s)
+        x *= self.inv_A
+        x -= c.b                                 # v - b
+        shrink = np.abs(x)
+        shrink -= self.w_over_A
+        np.maximum(shrink, 0.0, out=shrink)
+        np.copysign(shrink, x, out=x)
+        x += c.b
+        return np.maximum(x, 0.0, out=x)
 
     def active(self, x: np.ndarray) -> np.ndarray:
         c = self.p.cells
