@@ -15,10 +15,10 @@ import cvxpy.settings as s
 from cvxpy.problems.problem import SolverStats
 from cvxpy.reductions.solution import Solution
 
-__all__ = ["write_solution", "annotate_extra_stats", "PRIVATE_ATTRIBUTES"]
+__all__ = ["write_solution", "annotate_extra_stats", "set_status", "PRIVATE_ATTRIBUTES"]
 
 #: the private attributes of ``cp.Problem`` this module writes
-PRIVATE_ATTRIBUTES = ("_solver_stats", "_solve_time", "_compilation_time")
+PRIVATE_ATTRIBUTES = ("_solver_stats", "_solve_time", "_compilation_time", "_status")
 
 
 def _check_private_attributes(problem: cp.Problem) -> None:
@@ -50,6 +50,13 @@ def write_solution(problem: cp.Problem, *, status: str, opt_val: float,
     problem._solver_stats = SolverStats.from_dict(attr, solver_name)
     problem._solve_time = solve_time
     problem._compilation_time = compilation_time
+
+
+def set_status(problem: cp.Problem, status: str) -> None:
+    """Replace the status a standard solver's own ``Problem.solve`` left (values, duals and
+    statistics stay): ``solver=None`` holds the standard solver to cvxdp's ``optimal``."""
+    _check_private_attributes(problem)
+    problem._status = status
 
 
 def annotate_extra_stats(problem: cp.Problem, extra: dict[str, Any]) -> None:

@@ -19,10 +19,11 @@ import numpy as np
 import cvxpy as cp
 
 from . import cost_model
-from ._cvxpy_compat import annotate_extra_stats, write_solution
+from ._cvxpy_compat import annotate_extra_stats, set_status, write_solution
 from .errors import NotRecognised
 from .input_check import check_problem_data
 from .interfaces import certify
+from .interfaces.certify import check_point
 from .interfaces.admm import ADMMMethod
 from .interfaces.base import Method, Outcome, extra_stats
 from .interfaces.mirror_descent import MirrorDescentMethod
@@ -114,7 +115,8 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         if verbose:
             _ensure_handler()
             LOGGER.info("cvxdp: %s: %s", early["solver"], early["reason"])
-        return _solve_standard(problem, early, warm_start, verbose, max_iters=max_iters,
+        limit = early.pop("eps_abs")
+        return _solve_standard(problem, early, warm_start, verbose, limit, max_iters=max_iters,
                                eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
     chosen, extraction = _recognise(problem, method, fallback, verbose)
     if chosen is None:
@@ -127,8 +129,9 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         LOGGER.info("cvxdp: %s recognised the problem (%.3f s); %s: %s", chosen.name,
                     compile_time, choice["solver"], choice["reason"])
     if choice["solver"] != chosen.name:
-        return _solve_standard(problem, choice, warm_start, verbose, max_iters=max_iters,
-                               eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
+        return _solve_standard(problem, choice, warm_start, verbose, settings.eps_abs,
+                               max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
+                               time_limit=time_limit)
     digest = fingerprint(problem)           # Parameter values are hashed once per solve
     cached = CACHE.get(problem, chosen.name, digest) if settings.warm_start else None
     outcome = chosen.solve(problem, extraction, settings, cached=cached)
@@ -188,19 +191,32 @@ def _early_standard(problem: cp.Problem, solver, given: dict, kwargs: dict, call
         return None
     name, choice = found
     m = METHODS[name]
-    m.options.parse(given)
+    settings = m.options.parse(given)
     if choice.solver == name or _pinned(m, kwargs, callback, verify):
         return None
-    return choice.as_dict()
+    return {**choice.as_dict(), "eps_abs": settings.eps_abs}
 
 
 def _solve_standard(problem: cp.Problem, choice: dict, warm_start: bool, verbose: bool,
-                    **shared) -> float:
+                    limit: float, **shared) -> float:
     """``solver=None`` chose a standard solver: cvxpy's own solve with the shared options in
-    that solver's names; its status and statistics are cvxpy's, plus ``extra_stats["choice"]``."""
+    that solver's names; its statistics are cvxpy's, plus ``extra_stats["choice"]``, and its
+    status is cvxpy's, held to cvxdp's ``optimal``: the point is checked by cvxpy like a cvxdp
+    method's (``check_point``), and a violation beyond ``eps_abs`` (the method's default when
+    not given; a standard solver's feasibility tolerance is relative to the data's norms)
+    makes it ``optimal_inaccurate``, with ``extra_stats["violation"]`` and ``["reason"]``
+    (``limit``: the ``eps_abs`` in force, given or the method's default)."""
     value = problem.solve(solver=choice["solver"], warm_start=warm_start, verbose=verbose,
                           **cost_model.standard_options(**shared))
-    annotate_extra_stats(problem, {"choice": choice})
+    extra: dict[str, Any] = {"choice": choice}
+    if problem.status == cp.OPTIMAL:
+        chk = check_point(problem, {v.id: v.value for v in problem.variables()})
+        extra["violation"] = chk.violation
+        if chk.excess > limit:
+            set_status(problem, cp.OPTIMAL_INACCURATE)
+            extra["reason"] = (f"{choice['solver']}'s point violates {chk.worst} by "
+                               f"{chk.excess:.3g} more than eps_abs {limit:.3g} allows")
+    annotate_extra_stats(problem, extra)
     return value
 
 

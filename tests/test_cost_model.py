@@ -200,3 +200,34 @@ def test_polytopes_handed_to_clarabel_skip_recognition(fits, monkeypatch, constr
     choice = prob.solver_stats.extra_stats["choice"]
     assert prob.solver_stats.solver_name == cp.CLARABEL and prob.status == cp.OPTIMAL
     assert choice["family"] == family and choice["size"] == full.size
+
+
+
+@pytest.mark.parametrize("shift, eps_abs, held", [(0.0, None, False), (1e-3, None, True),
+                                                  (1e-3, 1e-2, False)])
+def test_the_standard_solver_is_held_to_eps_abs(fits, monkeypatch, shift, eps_abs, held):
+    """``optimal`` through Clarabel means what it means through a cvxdp method: the point is
+    checked by cvxpy, and a violation beyond eps_abs (given, or the method's default; Clarabel's
+    own feasibility tolerance is relative to the data's norms) is ``optimal_inaccurate`` with
+    the measured violation and the reason.  An inaccurate standard solver is imitated by
+    moving its point by ``shift`` after its solve."""
+    fits("admm_tree/l1", standard_faster=True)
+    prob = tree_problem()
+    solve = prob.solve
+
+    def shifted(*args, **kwargs):
+        value = solve(*args, **kwargs)
+        if kwargs.get("solver") == cp.CLARABEL:
+            x = prob.variables()[0]
+            x.value = x.value + shift
+        return value
+    monkeypatch.setattr(prob, "solve", shifted)
+    prob.solve(method="cvxdp", eps_abs=eps_abs)
+    es = prob.solver_stats.extra_stats
+    assert prob.solver_stats.solver_name == cp.CLARABEL
+    assert es["violation"] >= shift
+    if held:
+        assert prob.status == cp.OPTIMAL_INACCURATE
+        assert "eps_abs" in es["reason"] and "constraint" in es["reason"]
+    else:
+        assert prob.status == cp.OPTIMAL and "reason" not in es
