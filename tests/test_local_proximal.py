@@ -45,14 +45,22 @@ def test_extreme_scales(total, noise):
     assert newton_info(inst)["converged"] is (total < 1e7 or noise > 1e3)
 
 
-def test_free_total_and_unmeasured_cells_take_the_admm():
-    """Not eligible: a free total (the bound needs a proven total) and a clique without a
-    measurement (a cell with neither row); the ADMM alone certifies both."""
-    for inst in (make(43, [2, 3, 2], [(0, 1), (1, 2)], loss="l1", total=None, noise=2.0),
-                 make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l1", noise=2.0,
-                      unmeasured=(1,))):
-        check(inst)
-        assert newton_info(inst) is None
+@pytest.mark.parametrize("name", ["pairs4", "loop", "single clique", "disjoint"])
+def test_free_total(name):
+    """An unknown total: the proximal steps certify with the ADMM's free-total bound (a
+    proven bound on the optimal total from the point's loss)."""
+    sizes, cliques = CASES[name]
+    inst = make(sum(map(ord, name)) + 11, sizes, cliques, loss="l1", total=None, noise=2.0)
+    check(inst)
+    assert newton_info(inst)["converged"]
+
+
+def test_unmeasured_cells_take_the_admm():
+    """Not eligible: a clique without a measurement (cells with neither row); the ADMM alone
+    certifies."""
+    inst = make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l1", noise=2.0, unmeasured=(1,))
+    check(inst)
+    assert newton_info(inst) is None
 
 
 def test_warm_start_resumes_the_proximal_steps():
@@ -87,7 +95,7 @@ def test_step_dual_gradient_and_weak_duality():
             pytest.approx(float(grad @ v), rel=1e-4, abs=1e-6)
     bounds = []
 
-    def bound(lam):
+    def bound(lam, point, value):
         from cvxdp.solvers.local_admm import _orthogonal, lower_bound
         lam = _orthogonal(p, lam)
         b = lower_bound(p, lam, [], 30.0, 30.0, raw=float(np.abs(lam).max()))

@@ -33,8 +33,8 @@ OPTIONS = OptionSet.build(NAME, max_iters=admm_solver.ADMMSettings.max_iters,
     Option("polish", "bool", True, "active-set polish for an exact final solution"),
     Option("dual_newton", "bool", True,
            "on a LocalPolytope whose loss measures every cell: a semismooth Newton method on "
-           "the dual first (absolute rows, known total: inside proximal point steps; the "
-           "ADMM takes over if it stalls)"),
+           "the dual first (absolute rows: inside proximal point steps; the ADMM takes "
+           "over if it stalls)"),
     Option("check_every", "integer", admm_solver.ADMMSettings.check_every,
            "iterations between convergence checks", low=1),
     Option("equality_split", "choice", "projection",

@@ -369,10 +369,18 @@ class _Run:
             self.try_polish()
         self.last_gap = gap
 
-    def bound_at(self, lam: np.ndarray) -> float:
-        """The lower bound at a per-cell multiplier (known total, no coupled rows)."""
-        lam = _orthogonal(self.p, lam)
-        return lower_bound(self.p, lam, [], self.p.total, self.p.total,
+    def bound_at(self, lam: np.ndarray, point: np.ndarray, value: float) -> float:
+        """The lower bound at a per-cell multiplier (no coupled rows); for a free total, given
+        a point of the polytope and its loss (the proven bound on the optimal total, and the
+        total the root search aims at)."""
+        p = self.p
+        lam = _orthogonal(p, lam)
+        if p.total is not None:
+            total, total_max = p.total, p.total
+        else:
+            total, total_max = float(p.graph.totals(point)[0]), p.total_max(value)
+            self.total_max = total_max
+        return lower_bound(p, lam, [], total, total_max,
                            raw=float(np.max(np.abs(lam), initial=0.0)))
 
     def bound(self, lam: np.ndarray, z: list, raw: float) -> None:

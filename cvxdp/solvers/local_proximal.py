@@ -29,7 +29,8 @@ ADMM needs 1,900 iterations (35 s) for 1e-4.
 
 Certificate, for ``L`` itself: the per-cell multiplier ``M^T lam`` of any step is orthogonal to
 the consistent directions, so the ADMM's bound (:func:`cvxdp.solvers.local_admm.lower_bound`:
-each clique minimised over ``[0, N]``, the total multiplier by a root search) is a lower bound;
+each clique minimised over ``[0, N]``, the total multiplier by a root search; for a free total
+over ``N`` up to a proven bound from the point's loss) is a lower bound;
 the step's point repaired into ``L(N)`` (:class:`cvxdp.solvers.local_newton._Primal`) is the
 upper one.  Only the bound is passed in (``bound(lam) -> float``), so the numerical layer
 keeps one copy of it.
@@ -69,11 +70,10 @@ _STALL_GAIN = 1e-12
 
 
 def eligible(p) -> bool:
-    """No coupled rows, a known total, and every cell under an absolute or a squared row,
-    some under an absolute one."""
+    """No coupled rows, and every cell under an absolute or a squared row, some under an
+    absolute one."""
     c = p.cells
-    return (p.Q is None and p.total is not None and not bool(c.smooth)
-            and bool(np.all((c.A > 0) | (c.w > 0))))
+    return p.Q is None and not bool(c.smooth) and bool(np.all((c.A > 0) | (c.w > 0)))
 
 
 class _ProxDual(_Dual):
@@ -115,7 +115,7 @@ class _ProxDual(_Dual):
         x = self.minimiser(s)
         d = x - self.t
         inner = self.p.cells.cell_values(x) + (0.5 / self.sigma) * d * d + s * x
-        N = float(self.p.total)
+        N = 0.0 if self.free else float(self.p.total)
         tau = z[self.base[-1]:]
         g = float(inner.sum()) - N * float(tau.sum()) + self.p.cells.K
         grad = self.rows_of(x)
@@ -123,21 +123,25 @@ class _ProxDual(_Dual):
         return g, x, self.project(grad)
 
 
-def solve(p, *, bound: Callable[[np.ndarray], float], eps_rel: float, max_iters: int,
+def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel: float,
+          max_iters: int,
           deadline: float, log=None, stop=None, z0: np.ndarray | None = None,
           t0: np.ndarray | None = None) -> NewtonOutcome:
     """Proximal steps until the certified gap is at most ``eps_rel``, ``max_iters`` Newton
-    steps in all, the ``deadline``, or ``stop(row)`` returns a status; ``bound(lam)`` is the
-    lower bound of ``L`` at a per-cell multiplier orthogonal to the consistent directions.
+    steps in all, the ``deadline``, or ``stop(row)`` returns a status; ``bound(lam, point,
+    loss)`` is the lower bound of ``L`` at a per-cell multiplier orthogonal to the consistent
+    directions (a point of ``L(N)`` and its loss: for a free total, a proven bound on it).
     ``z0`` and ``t0``: a previous solve's final multiplier and point (its ``z`` and ``face``),
     to start from."""
     start = t0
     t0 = time.perf_counter()
-    G, N, c = p.graph, float(p.total), p.cells
+    G, c = p.graph, p.cells
     if start is not None and start.shape == (G.n,) and np.all(np.isfinite(start)):
         t = np.maximum(start, 0.0)
     else:                                        # each cell's own minimiser, made consistent
-        t = np.maximum(G.project(c.argmin(c.A, c.C.copy(), math.inf), N), 0.0)
+        t = np.maximum(G.project(c.argmin(c.A, c.C.copy(), math.inf), p.total), 0.0)
+    # the scale of the cells' sums, for the inner stop at rounding
+    N = float(p.total) if p.total is not None else max(float(G.totals(t).mean()), 1.0)
     sigma = _SIGMA / float(np.median(c.w[c.w > 0])) ** 2
     best, lower, lam_best = _Primal(), -math.inf, None
     z, history, stopped, steps, cg_total, extra = None, [], None, 0, 0, 0
@@ -163,10 +167,10 @@ def solve(p, *, bound: Callable[[np.ndarray], float], eps_rel: float, max_iters:
         # with the clique totals' multipliers: constant per clique, so as orthogonal to the
         # consistent directions, and the duals' subgradient at cells on b is chosen from it
         lam = d.cells_of(z)
-        lb = bound(lam)
+        best.offer(p, d, x, grad, res, lower, eps_rel, always=True)
+        lb = bound(lam, best.point, best.loss)
         if lb > lower:
             lower, lam_best = lb, lam
-        best.offer(p, d, x, grad, res, lower, eps_rel, always=True)
         face = x
         row = {"iter": steps, "objective": best.loss, "lower bnd": lower,
                "rel gap": R.relative_gap(best.loss, lower), "pri res": res, "dua res": math.nan,
