@@ -44,7 +44,8 @@ from collections.abc import Callable
 import numpy as np
 
 from . import result as R
-from .local_newton import _EXTRA_STEPS, NewtonOutcome, _Dual, _Primal, _step, start_from
+from .local_newton import (_EXTRA_STEPS, MAX_CELLS, NewtonOutcome, _Dual, _Primal, _step,
+                           start_from)
 
 __all__ = ["eligible", "solve"]
 
@@ -70,10 +71,12 @@ _STALL_GAIN = 1e-12
 
 
 def eligible(p) -> bool:
-    """No coupled rows, and every cell under an absolute or a squared row, some under an
-    absolute one."""
+    """No coupled rows, every cell under an absolute or a squared row, some under an absolute
+    one, and at most :data:`cvxdp.solvers.local_newton.MAX_CELLS` cells (as for the Newton
+    method it runs)."""
     c = p.cells
-    return p.Q is None and not bool(c.smooth) and bool(np.all((c.A > 0) | (c.w > 0)))
+    return (p.Q is None and not bool(c.smooth) and bool(np.all((c.A > 0) | (c.w > 0)))
+            and 0 < p.graph.n <= MAX_CELLS)
 
 
 class _ProxDual(_Dual):
