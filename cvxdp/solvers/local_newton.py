@@ -38,14 +38,15 @@ per step.
 Measured (Adult, ``benchmarks/local_polytope.py``): all 91 two-way marginals (148,137 cells)
 reach a 1e-4 certified gap in 11 steps at noise 10 and 13 steps at noise 100; through
 ``prob.solve`` 0.4 s and 0.5 s with the duals (the ADMM: 100 and 200 iterations, 1.0 s and
-5.6 s, without).  The three-way marginals of 9 attributes (156,078 cells) converge too (15
-steps, 4 s at noise 10), but the ADMM alone is faster there (2-3 s) and at noise 100 the
-Newton's point does not certify in 24 steps; all 364 three-way marginals (20.9 million cells,
-3-8% of them active) do not converge in 2 minutes: far from the solution the active set moves
-between steps (16 steps, 117 s: lower bound 1.03221e7 against the optimum's 1.03233e7, the
-residual still 4e3).  So the method is tried up to :data:`MAX_CELLS` cells and hands over to
-the ADMM at once when a large dual has more than 0.6 rows per active cell, and later when its
-systems stay hard or its residual stalls (the constants below).
+5.6 s, without).  The three-way marginals of 9 attributes (156,078 cells) certify 1e-6 with
+the duals in 16 steps / 3.0 s at noise 10 (the ADMM: 2.8 s, no duals) and 29 steps / 4.5-5.9 s
+at noise 100 (the ADMM: 15-17 s).  All 364 three-way marginals (20.9 million cells, 3-8% of
+them active) do not converge in 2 minutes: far from the solution the active set moves between
+steps (40 steps, 226 s: lower bound 1.03228e7 against the optimum's 1.03233e7, the residual
+still 1e1-1e3, the repaired point 37% above).  So the method is tried up to
+:data:`MAX_CELLS` cells and hands over to the ADMM at once when a large dual has more than 2.5
+rows per active cell, and later when its systems stay hard or its residual stalls (the
+constants below).
 
 Certificate.  The lower bound is ``g`` itself, less a rounding allowance.  The primal point
 ``x(lam)`` agrees on the regions only at the optimum, so the returned point is its exact
@@ -120,17 +121,20 @@ _MAX_STEPS = 100
 _STALL_STEPS = 10
 _STALL_RATIO = 0.5
 # ... and when the conjugate gradients have averaged _HARD_CG of their cap over the last
-# _HARD_STEPS steps: the active set is far from settling.  Measured, CG steps per Newton step:
-# Adult's two-way marginals 100, 80, 40, 41, 52, ... (sigma 100) and 83, 32, 31, ... (sigma
-# 10), both certified in under 20 steps; the three-way marginals of 9 attributes (156,078
-# cells) 100, 100, 67, 84, 81, 80, 92, ... uncertified after 11 steps (11 s, where the ADMM
-# certifies in 5 s), and of all 14 (20.9 million cells) 100 at nearly every step
-_HARD_STEPS = 3
-_HARD_CG = 0.75
+# _HARD_STEPS steps: the active set is far from settling.  Set at stop 20 to 3 steps at 0.75
+# (then the three-way marginals of 9 attributes, 156,078 cells, did not certify in 11 steps
+# where the ADMM certified in 5 s); since the median floor they certify (sigma 10: 16 steps,
+# 3.0 s; sigma 100: 29 steps, 4.5 s, where the ADMM takes 15-17 s), and the old rule handed
+# sigma 100 over at its 25th step, so it is 5 steps at 0.9.  On all 14 attributes' three-way
+# marginals (20.9 million cells, above MAX_CELLS) the steps take 10-60 CG steps and the
+# residual stays at 1e1-1e3 for 40 steps
+_HARD_STEPS = 5
+_HARD_CG = 0.9
 # ... or at once, when at the start the dual has more than this many rows per active cell
-# (measured at the first step: two-way marginals 0.48 and 0.23, where it certifies; three-way
-# marginals of 9 attributes 0.82 and of all 14 3.0, where it does not)
-_ROWS_PER_ACTIVE = 0.6
+# (measured at the first step: two-way marginals 0.48 and 0.23, three-way marginals of 9
+# attributes 0.82 (sigma 10) and 1.97 (sigma 100), where it certifies; of all 14 3.0, where
+# it does not)
+_ROWS_PER_ACTIVE = 2.5
 # ... a rule for duals of at least this many rows (small problems' steps cost milliseconds, and
 # there the totals and one-attribute regions make the ratio high however well it converges)
 _RATIO_MIN_ROWS = 10_000
