@@ -106,3 +106,33 @@ def test_step_dual_gradient_and_weak_duality():
     assert out.converged
     assert max(bounds) <= out.objective + 1e-9 * abs(out.objective)
 
+
+
+def test_exact_root_of_piecewise_linear_clique_sums():
+    """With absolute rows only the clique sums are step functions: the root found by sorting
+    the breakpoints reaches the target (and the sum just below it does not), and the bound at
+    it is at least the bound at bisection's multiplier."""
+    from cvxdp.solvers import local_tau
+    from cvxdp.solvers.local_admm import _orthogonal
+    rng = np.random.default_rng(5)
+    G = RegionGraph([3, 2, 4, 2], [(0, 1), (1, 2), (0, 2), (2, 3)])
+    for _ in range(20):
+        y = rng.laplace(4.0, 3.0, G.n)
+        terms = [LossTerm("l1", slice(int(a), int(b)), y[a:b], rng.uniform(0.5, 2.0, int(b - a)))
+                 for a, b in zip(G.offsets[:-1], G.offsets[1:])]
+        N = float(rng.uniform(5.0, 100.0))
+        p = LocalProblem(G, MarginalLoss(terms, G.n), N)
+        g = _orthogonal(p, rng.normal(0.0, 1.0, G.n))
+        t = local_tau.tau_root(p, g, N, N)
+        c = p.cells
+        sums = np.add.reduceat(c.argmin(c.A, c.C - g + local_tau.per_cell(p, t + 1e-9), N),
+                               G.offsets[:-1])
+        below = np.add.reduceat(c.argmin(c.A, c.C - g + local_tau.per_cell(p, t - 1e-9), N),
+                                G.offsets[:-1])
+        assert np.all(sums >= N * (1 - 1e-12)) and np.all(below <= N * (1 + 1e-12))
+        bis = local_tau.tau_bisect(p, g, N, N)
+        value = [float(np.sum(c.cell_values(x) + (g - local_tau.per_cell(p, tau)) * x))
+                 + N * float(tau.sum())
+                 for tau in (t, bis)
+                 for x in [c.argmin(c.A, c.C - g + local_tau.per_cell(p, tau), N)]]
+        assert value[0] >= value[1] - 1e-9 * max(1.0, abs(value[1]))
