@@ -38,8 +38,8 @@ FITS: dict[str, tuple[float, float, float, float]] = {
     "histogram_tree/l2": (-8.693, 0.592, -11.072, 1.011),
     "marginal_polytope/l1": (-4.487, 0.192, -8.291, 0.711),
     "marginal_polytope/l2": (-5.487, 0.355, -7.683, 0.626),
-    "local_polytope/l1": (-3.288, 0.135, -6.799, 0.61),      # stop 21: proximal Newton
-    "local_polytope/l2": (-5.68, 0.242, -6.754, 0.599),      # stop 21: the dual Newton
+    "local_polytope/l1": (-2.474, -0.094, -6.668, 0.541),    # stop 21: proximal Newton
+    "local_polytope/l2": (-5.903, 0.225, -7.086, 0.587),     # stop 21: the dual Newton
     "newton_cg": (-4.326, -0.017, -7.747, 2.544),
 }
 #: families the cvxdp method solves directly (no iterations): always the cvxdp method
