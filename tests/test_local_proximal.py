@@ -36,13 +36,13 @@ def test_proximal_certifies_and_matches_clarabel(name, loss):
 
 @pytest.mark.parametrize("total, noise", [(1e-3, 1e-4), (1e-3, 1e3), (1e7, 1e4), (1e7, 1e2)])
 def test_extreme_scales(total, noise):
-    """Certified by the proximal steps, or after their hand-over by the ADMM (at counts of
-    1e7 measured to 100 the bound's last digits run out first: the steps stall and hand over;
-    measured to 10 or 1 neither method certifies 1e-7, the proximal steps ending nearer, at
-    5.6e-6 and 3.5e-3 against the ADMM's 0.13)."""
+    """Totals 1e-3 and 1e7, noise from 1e-4 to 1e4.  (Counts of 1e7 measured to 10 or 1 are
+    past the floor where the bound's last digits run out: neither method certifies 1e-7
+    there, the proximal steps ending nearer, at 3.3e-6 and 4.5e-5, against the ADMM's
+    0.13.)"""
     inst = make(41, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l1", total=total, noise=noise)
     check(inst)
-    assert newton_info(inst)["converged"] is (total < 1e7 or noise > 1e3)
+    assert newton_info(inst)["converged"]
 
 
 @pytest.mark.parametrize("name", ["pairs4", "loop", "single clique", "disjoint"])

@@ -19,9 +19,10 @@ the generalised Hessian is ``P M_a D M_a^T P`` over the cells on a sloped piece 
 zero nor at ``b_i``).  The dual multiplier is carried from one step to the next (the
 subproblems change little) and a few Newton steps per proximal step suffice (SSNAL, Li, Sun &
 Toh, SIAM J. Optim. 2018, is the same method seen from the dual: an augmented Lagrangian with
-semismooth Newton inner solves).  The method converges for any fixed ``sigma`` (the proximal
-point method on a polyhedral problem converges linearly, and finitely in the limit); ``sigma``
-is held at a few squared noise scales, where the steps' duals stay smooth enough for Newton.
+semismooth Newton inner solves).  The method converges for any ``sigma`` bounded away from
+zero (the proximal point method on a polyhedral problem converges linearly, and finitely in the
+limit); ``sigma`` starts at a few squared noise scales, where the steps' duals stay smooth
+enough for Newton, and grows while the steps are solved in a Newton step or two.
 
 Measured on Adult's 91 two-way marginals with Laplace noise of scale 10 (148,137 cells, known
 total): certified below 1e-6 (with the duals) in 5.0 s on arrays and 6.5 s through
@@ -49,15 +50,22 @@ from .local_newton import (_EXTRA_STEPS, MAX_CELLS, NewtonOutcome, _Dual, _Prima
 
 __all__ = ["eligible", "solve"]
 
-# the proximal weight: sigma = this over w^2 (w the median absolute-row weight: 1 / w is the
-# Laplace scale, so the soft thresholds are a few noise scales wide), held fixed.  Measured on
-# Adult's two-way marginals, Laplace scale 10 (certified 1e-4): sigma w^2 = 3 in 5.8 s, 10 in
-# 7.4 s, 30 in over 16 s; growing it (1 -> x2 per step) stalled at 5e-4, where the step's
-# problem is nearly the linear program and its dual Newton no longer converges
+# the first proximal weight: sigma = this over w^2 (w the median absolute-row weight: 1 / w is
+# the Laplace scale, so the soft thresholds are a few noise scales wide).  Measured on Adult's
+# two-way marginals, Laplace scale 10 (certified 1e-4, held fixed): sigma w^2 = 3 in 5.8 s, 10
+# in 7.4 s, 30 in over 16 s; doubling it at every step stalled at 5e-4, where the step's
+# problem is nearly the linear program and its dual Newton no longer converges.  So it grows
+# only while the steps are easy (below): on a 30-cell instance held fixed it moved the loss by
+# 2e-5 per step with the bound stuck (0.5 s, then the ADMM), growing it certified in 0.09 s
 _SIGMA = 3.0
 # Newton steps per proximal step at most, and the inner stop: the consistency residual below
 # this fraction of its value at the step's start
 _INNER_STEPS = 30
+# the weight is multiplied by _GROW after a step solved in at most _EASY Newton steps, up to
+# _SIGMA_MAX times its start, and divided by it after a step that used them all
+_EASY = 2
+_GROW = 2.0
+_SIGMA_MAX = 1e4
 _INNER_FALL = 1e-2
 # ... or at rounding: the step's problem is solved
 _SOLVED = 1e-13
@@ -145,7 +153,7 @@ def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel
         t = np.maximum(G.project(c.argmin(c.A, c.C.copy(), math.inf), p.total), 0.0)
     # the scale of the cells' sums, for the inner stop at rounding
     N = float(p.total) if p.total is not None else max(float(G.totals(t).mean()), 1.0)
-    sigma = _SIGMA / float(np.median(c.w[c.w > 0])) ** 2
+    sigma = sigma0 = _SIGMA / float(np.median(c.w[c.w > 0])) ** 2
     best, lower, lam_best = _Primal(), -math.inf, None
     z, history, stopped, steps, cg_total, extra = None, [], None, 0, 0, 0
     x = face = t
@@ -156,8 +164,8 @@ def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel
             z = start_from(d, z0)
         g, x, grad = d.evaluate(z)
         res0 = res = float(np.abs(grad).max(initial=0.0))
-        boost = 0.0
-        for _ in range(_INNER_STEPS):
+        boost, inner = 0.0, 0
+        for inner in range(_INNER_STEPS):
             if res <= _INNER_FALL * res0 or res <= _SOLVED * N or steps >= max_iters:
                 break
             out = _step(d, z, g, x, grad, boost)
@@ -198,6 +206,12 @@ def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel
         if stopped is not None:
             break
         t = x
+        # the weight grows while the steps' problems are easy (solved in at most _EASY Newton
+        # steps: the proximal term holds the iterate back) and shrinks when they are hard
+        if inner <= _EASY:
+            sigma = min(sigma * _GROW, _SIGMA_MAX * sigma0)
+        elif inner >= _INNER_STEPS - 1:
+            sigma = max(sigma / _GROW, sigma0)
     f = best.loss
     return NewtonOutcome(x=best.point, objective=f, lower=lower,
                          lam=lam_best if lam_best is not None else np.zeros(G.n),
