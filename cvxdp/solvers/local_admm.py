@@ -310,7 +310,7 @@ class _Run:
         warm = self.newton_warm or {}
         if proximal:
             out = local_proximal.solve(self.p, bound=self.bound_at, z0=warm.get("z"),
-                                       t0=warm.get("t"), **opts)
+                                       point0=warm.get("t"), **opts)
         else:
             out = local_newton.solve(self.p, z0=warm.get("z"), **opts)
         self.newton_info = {"iterations": out.iterations, "cg_steps": out.cg_steps,

@@ -45,7 +45,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import result as R
-from .local_newton import (_EXTRA_STEPS, MAX_CELLS, NewtonOutcome, _Dual, _Primal, _step,
+from .local_newton import (_EXTRA_STEPS, _FLAT, MAX_CELLS, NewtonOutcome, _Dual, _Primal, _step,
                            start_from)
 
 __all__ = ["eligible", "solve"]
@@ -135,20 +135,18 @@ class _ProxDual(_Dual):
 
 
 def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel: float,
-          max_iters: int,
-          deadline: float, log=None, stop=None, z0: np.ndarray | None = None,
-          t0: np.ndarray | None = None) -> NewtonOutcome:
+          max_iters: int, deadline: float, log=None, stop=None, z0: np.ndarray | None = None,
+          point0: np.ndarray | None = None) -> NewtonOutcome:
     """Proximal steps until the certified gap is at most ``eps_rel``, ``max_iters`` Newton
     steps in all, the ``deadline``, or ``stop(row)`` returns a status; ``bound(lam, point,
     loss)`` is the lower bound of ``L`` at a per-cell multiplier orthogonal to the consistent
     directions (a point of ``L(N)`` and its loss: for a free total, a proven bound on it).
-    ``z0`` and ``t0``: a previous solve's final multiplier and point (its ``z`` and ``face``),
-    to start from."""
-    start = t0
+    ``z0`` and ``point0``: a previous solve's final multiplier and point (its ``z`` and
+    ``face``), to start from."""
     t0 = time.perf_counter()
     G, c = p.graph, p.cells
-    if start is not None and start.shape == (G.n,) and np.all(np.isfinite(start)):
-        t = np.maximum(start, 0.0)
+    if point0 is not None and point0.shape == (G.n,) and np.all(np.isfinite(point0)):
+        t = np.maximum(point0, 0.0)
     else:                                        # each cell's own minimiser, made consistent
         t = np.maximum(G.project(c.argmin(c.A, c.C.copy(), math.inf), p.total), 0.0)
     # the scale of the cells' sums, for the inner stop at rounding
@@ -162,26 +160,16 @@ def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel
         d = _ProxDual(p, t, sigma)
         if z is None:
             z = start_from(d, z0)
-        g, x, grad = d.evaluate(z)
-        res0 = res = float(np.abs(grad).max(initial=0.0))
-        boost, inner = 0.0, 0
-        for inner in range(_INNER_STEPS):
-            if res <= _INNER_FALL * res0 or res <= _SOLVED * N or steps >= max_iters:
-                break
-            out = _step(d, z, g, x, grad, boost)
-            if out is None:
-                break
-            (z, g, x, grad), step, cg = out
-            steps, cg_total = steps + 1, cg_total + cg
-            boost = boost / 4.0 if step == 1.0 else min(max(boost * 4.0, 1e-2), 1e4)
-            res = float(np.abs(grad).max(initial=0.0))
+        z, x, grad, res, inner, cg = _newton_steps(d, z, _SOLVED * N, max_iters - steps)
+        steps, cg_total = steps + inner, cg_total + cg
         # with the clique totals' multipliers: constant per clique, so as orthogonal to the
         # consistent directions, and the duals' subgradient at cells on b is chosen from it
         lam = d.cells_of(z)
         best.offer(p, d, x, grad, res, lower, eps_rel, always=True)
         lb = bound(lam, best.point, best.loss)
-        if lb > lower:
-            lower, lam_best = lb, lam
+        if lb >= lower - _FLAT * max(1.0, abs(lb)):
+            lam_best = lam                       # the latest near the best: it pairs with x
+        lower = max(lower, lb)
         face = x
         row = {"iter": steps, "objective": best.loss, "lower bnd": lower,
                "rel gap": R.relative_gap(best.loss, lower), "pri res": res, "dua res": math.nan,
@@ -210,7 +198,7 @@ def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel
         # steps: the proximal term holds the iterate back) and shrinks when they are hard
         if inner <= _EASY:
             sigma = min(sigma * _GROW, _SIGMA_MAX * sigma0)
-        elif inner >= _INNER_STEPS - 1:
+        elif inner >= _INNER_STEPS:
             sigma = max(sigma / _GROW, sigma0)
     f = best.loss
     return NewtonOutcome(x=best.point, objective=f, lower=lower,
@@ -218,3 +206,22 @@ def solve(p, *, bound: Callable[[np.ndarray, np.ndarray, float], float], eps_rel
                          iterations=steps, cg_steps=cg_total, seconds=time.perf_counter() - t0,
                          converged=R.relative_gap(f, lower) <= eps_rel, face=face,
                          stopped=stopped, history=history, z=z)
+
+
+def _newton_steps(d: _ProxDual, z: np.ndarray, floor: float, budget: int):
+    """Newton steps on one proximal step's dual until its consistency residual falls below
+    ``_INNER_FALL`` times its start or ``floor`` (rounding), at most ``_INNER_STEPS`` or
+    ``budget``: ``(z, x, grad, residual, steps, CG steps)``."""
+    g, x, grad = d.evaluate(z)
+    res0 = res = float(np.abs(grad).max(initial=0.0))
+    boost, steps, cg_total = 0.0, 0, 0
+    while steps < min(_INNER_STEPS, budget) and res > max(_INNER_FALL * res0, floor):
+        out = _step(d, z, g, x, grad, boost)
+        if out is None:
+            break
+        (z, g, x, grad), step, cg = out
+        steps, cg_total = steps + 1, cg_total + cg
+        boost = boost / 4.0 if step == 1.0 else min(max(boost * 4.0, 1e-2), 1e4)
+        res = float(np.abs(grad).max(initial=0.0))
+    return z, x, grad, res, steps, cg_total
+
