@@ -110,28 +110,34 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         method.options.parse(given)           # bad options fail before any work
     t0 = time.perf_counter()
     check_problem_data(problem)
+    shared = dict(max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
     early = _early_standard(problem, solver, given, kwargs, callback, verify)
     if early is not None:
         if verbose:
             _ensure_handler()
             LOGGER.info("cvxdp: %s: %s", early["solver"], early["reason"])
         limit = early.pop("eps_abs")
-        return _solve_standard(problem, early, warm_start, verbose, limit, max_iters=max_iters,
-                               eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
+        value = _solve_standard(problem, early, warm_start, verbose, limit, **shared)
+        if problem.status not in _HAND_BACK:
+            return value
+        early = _instead(early, problem.status)
     chosen, extraction = _recognise(problem, method, fallback, verbose)
     if chosen is None:
         return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
     settings = chosen.options.parse(given)
-    choice = _choose(solver, chosen, extraction, kwargs, callback, verify)
+    choice = early or _choose(solver, chosen, extraction, kwargs, callback, verify)
     compile_time = time.perf_counter() - t0
     if verbose:
         _ensure_handler()
         LOGGER.info("cvxdp: %s recognised the problem (%.3f s); %s: %s", chosen.name,
-                    compile_time, choice["solver"], choice["reason"])
-    if choice["solver"] != chosen.name:
-        return _solve_standard(problem, choice, warm_start, verbose, settings.eps_abs,
-                               max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
-                               time_limit=time_limit)
+                    compile_time, choice["solver"] or chosen.name, choice["reason"])
+    if choice["solver"] not in (chosen.name, None):
+        value = _solve_standard(problem, choice, warm_start, verbose, settings.eps_abs, **shared)
+        if problem.status not in _HAND_BACK:
+            return value
+        choice = _instead(choice, problem.status)
+    if choice["solver"] is None:
+        choice = {**choice, "solver": chosen.name}
     digest = fingerprint(problem)           # Parameter values are hashed once per solve
     cached = CACHE.get(problem, chosen.name, digest) if settings.warm_start else None
     outcome = chosen.solve(problem, extraction, settings, cached=cached)
@@ -218,6 +224,22 @@ def _solve_standard(problem: cp.Problem, choice: dict, warm_start: bool, verbose
                                f"{chk.excess:.3g} more than eps_abs {limit:.3g} allows")
     annotate_extra_stats(problem, extra)
     return value
+
+
+#: statuses of the standard solver ``solver=None`` chose after which the cvxdp method solves
+#: the problem after all: claims about the problem that nothing checks (measured: Clarabel
+#: 0.11 says ``infeasible`` on a feasible 16-leaf tree problem with counts of 1e7 and 1e8).
+#: A limit reached (``optimal_inaccurate``, ``user_limit``) stands: the user's limits hold
+_HAND_BACK = (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE, cp.UNBOUNDED, cp.UNBOUNDED_INACCURATE)
+
+
+def _instead(choice: dict, status: str) -> dict:
+    """The choice after the standard solver ``solver=None`` chose returned ``status`` (one of
+    :data:`_HAND_BACK`): the cvxdp method solves the problem after all, under its own
+    contract (an infeasible problem gets its certificate there)."""
+    return {**choice, "solver": None,
+            "reason": f"{choice['solver']} returned {status!r}; the cvxdp method solves it "
+                      f"instead (the cost model: {choice['reason']})"}
 
 
 def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_time,

@@ -231,3 +231,44 @@ def test_the_standard_solver_is_held_to_eps_abs(fits, monkeypatch, shift, eps_ab
         assert "eps_abs" in es["reason"] and "constraint" in es["reason"]
     else:
         assert prob.status == cp.OPTIMAL and "reason" not in es
+
+
+@pytest.mark.parametrize("family, make_problem", [("admm_tree/l1", tree_problem)])
+def test_a_standard_solver_that_fails_hands_back_to_the_method(fits, monkeypatch, family,
+                                                             make_problem):
+    """When the standard solver the cost model chose does not return ``optimal`` (seen:
+    Clarabel's ``infeasible`` on a feasible tree problem with counts of 1e7), the cvxdp method
+    solves the problem under its own contract; the choice says what happened.  The failure
+    is imitated by overwriting Clarabel's status after its solve."""
+    from cvxdp._cvxpy_compat import set_status
+    fits(family, standard_faster=True)
+    prob = make_problem()
+    solve = prob.solve
+
+    def failing(*args, **kwargs):
+        value = solve(*args, **kwargs)
+        if kwargs.get("solver") == cp.CLARABEL:
+            set_status(prob, cp.INFEASIBLE)
+        return value
+    monkeypatch.setattr(prob, "solve", failing)
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.solver_name == cvxdp.ADMM
+    assert choice["solver"] == cvxdp.ADMM and "returned 'infeasible'" in choice["reason"]
+    reference = make_problem()
+    reference.solve(solver=cp.CLARABEL)
+    assert prob.value == pytest.approx(reference.value, rel=1e-6)
+
+
+def test_an_infeasible_problem_gets_the_methods_certificate(fits):
+    """Clarabel's ``infeasible`` is not taken on its word: the cvxdp method solves the problem
+    and certifies infeasibility itself (its certificate in ``extra_stats["info"]``)."""
+    fits("admm_general/l1", standard_faster=True)
+    fits("admm_tree/l1", standard_faster=True)
+    prob = tree_problem()
+    x = prob.variables()[0]
+    bad = cp.Problem(prob.objective, prob.constraints + [x[0] == -5.0])
+    bad.solve(method="cvxdp")
+    es = bad.solver_stats.extra_stats
+    assert bad.status == cp.INFEASIBLE and bad.solver_stats.solver_name == cvxdp.ADMM
+    assert "returned 'infeasible'" in es["choice"]["reason"] and es["info"]
