@@ -101,11 +101,11 @@ _FACE_REG = 1e-10
 # Adult's three-way marginals of 9 attributes 30 -> 12, two-way marginals 16 -> 9 (sigma 10)
 # and 23 -> 12 (sigma 100); floors of 0.1 and 10 were slower on the three-way instance
 _REG = 1e-2
+_DIAG_FLOOR = 1.0
 # ... raised (times _BOOST, at most _BOOST_MAX) after a shortened step and lowered after a full
 # one (Levenberg-Marquardt): far from the solution the active set moves between steps
 _BOOST = 4.0
 _BOOST_MAX = 1e4
-_DIAG_FLOOR = 1.0
 # relative rounding allowed for in the lower bound (sums of ~n terms of the loss's size)
 _ROUND = 1e-13
 # two dual values closer than this (relative) are equal to rounding: near the optimum the
@@ -185,7 +185,9 @@ class _Dual:
     """The dual vector's layout (per region: members x cells, then the clique totals) and
     the maps of the module docstring."""
 
-    def __init__(self, p) -> None:
+    def __init__(self, p, A: np.ndarray | None = None) -> None:
+        """``A``: the cells' curvature (default the loss's; :mod:`cvxdp.solvers.local_proximal`
+        adds its proximal term)."""
         G = self.G = p.graph
         self.p, self.free = p, p.total is None
         self.sizes = [int(np.prod(r.shape)) for r in G.regions]
@@ -197,9 +199,9 @@ class _Dual:
             for j, k in enumerate(r.members.tolist()):
                 axes = tuple(G.cliques[k].index(a) for a in r.attrs)
                 self.of_clique[k].append((i, j, axes))
-        self.A, self.c, self.r = p.cells.A, p.cells.c, p.cells.r
-        with np.errstate(divide="ignore"):      # absolute rows (local_proximal) replace A
-            self.inv_A, self.half_A = 1.0 / self.A, 0.5 * self.A
+        self.A = p.cells.A if A is None else A
+        self.c, self.r = p.cells.c, p.cells.r
+        self.inv_A, self.half_A = 1.0 / self.A, 0.5 * self.A
         self.r_sum = float(self.r.sum())
 
     def project(self, z: np.ndarray) -> np.ndarray:
@@ -376,7 +378,7 @@ def solve(p, *, eps_rel: float, max_iters: int, deadline: float, log=None,
         if new[1] < g:                           # no ascent (rounding at the optimum): done
             break
         # Levenberg-Marquardt: a shortened step raises the damping, a full one lowers it
-        boost = boost / _BOOST if step == 1.0 else min(max(boost * _BOOST, _REG), _BOOST_MAX)
+        boost = damping(boost, step)
         z, g, x, grad = new
         since = 0 if res < best_res * _STALL_RATIO else since + 1
         best_res = min(best_res, res) if since else res
@@ -444,8 +446,7 @@ def _face_repair(d: _Dual, x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     if Ma.shape[1] == 0:
         return x
     MaT = Ma.T.tocsr()
-    diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
-    diag = np.maximum(diag, _DIAG_FLOOR * float(np.median(diag[diag > 0])))
+    diag = _floored_diagonal(Ma)
     reg = _FACE_REG * diag
     y, _ = _cg(lambda v: d.project(Ma @ (MaT @ v) + reg * v), grad, 1.0 / (diag + reg), d,
                _FACE_TOL * float(np.linalg.norm(grad)))
@@ -453,6 +454,20 @@ def _face_repair(d: _Dual, x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     out = x.copy()
     out[e] -= (MaT @ y) / np.sqrt(d.A[e])
     return np.maximum(out, 0.0, out=out)
+
+
+def damping(boost: float, step: float) -> float:
+    """Levenberg-Marquardt: a full step lowers the damping ``boost``, a shortened one raises
+    it (to at least ``_REG``, at most ``_BOOST_MAX``)."""
+    return boost / _BOOST if step == 1.0 else min(max(boost * _BOOST, _REG), _BOOST_MAX)
+
+
+def _floored_diagonal(Ma: sp.csr_matrix) -> np.ndarray:
+    """The diagonal of ``Ma Ma^T`` (the Newton system's, unprojected), floored at
+    ``_DIAG_FLOOR`` times its median over the rows with an active cell."""
+    diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
+    typical = float(np.median(diag[diag > 0])) if np.any(diag > 0) else 1.0
+    return np.maximum(diag, _DIAG_FLOOR * max(typical, 1e-300))
 
 
 def _step(d: _Dual, z, g: float, x, grad, boost: float, *, first: bool = False):
@@ -467,9 +482,7 @@ def _step(d: _Dual, z, g: float, x, grad, boost: float, *, first: bool = False):
         return None
     MaT = Ma.T.tocsr()
     gn = float(np.linalg.norm(grad))
-    diag = np.asarray(Ma.multiply(Ma).sum(axis=1)).ravel()
-    typical = float(np.median(diag[diag > 0])) if np.any(diag > 0) else 1.0
-    diag = np.maximum(diag, _DIAG_FLOOR * max(typical, 1e-300))
+    diag = _floored_diagonal(Ma)
     mu = max(boost, _REG * min(1.0, gn))
     direction, steps = _cg(lambda v: d.project(Ma @ (MaT @ v) + mu * diag * v), grad,
                            1.0 / ((1.0 + mu) * diag), d, min(_FORCING, math.sqrt(gn)) * gn)

@@ -46,7 +46,7 @@ import numpy as np
 
 from . import result as R
 from .local_newton import (_EXTRA_STEPS, _FLAT, MAX_CELLS, NewtonOutcome, _Dual, _Primal, _step,
-                           start_from)
+                           damping, start_from)
 
 __all__ = ["eligible", "solve"]
 
@@ -92,12 +92,10 @@ class _ProxDual(_Dual):
     ``A + 1/sigma``), its minimiser a soft threshold at ``b`` clipped at zero."""
 
     def __init__(self, p, t: np.ndarray, sigma: float) -> None:
-        super().__init__(p)
         c = p.cells
+        super().__init__(p, c.A + 1.0 / sigma)
         self.t, self.sigma = t, sigma
-        self.A = c.A + 1.0 / sigma
         self.k0 = c.C + t / sigma                # the linear term of the quadratic part
-        self.inv_A, self.half_A = 1.0 / self.A, 0.5 * self.A
         self.w_over_A = c.w * self.inv_A
 
     def minimiser(self, s: np.ndarray) -> np.ndarray:
@@ -221,7 +219,7 @@ def _newton_steps(d: _ProxDual, z: np.ndarray, floor: float, budget: int):
             break
         (z, g, x, grad), step, cg = out
         steps, cg_total = steps + 1, cg_total + cg
-        boost = boost / 4.0 if step == 1.0 else min(max(boost * 4.0, 1e-2), 1e4)
+        boost = damping(boost, step)
         res = float(np.abs(grad).max(initial=0.0))
     return z, x, grad, res, steps, cg_total
 
