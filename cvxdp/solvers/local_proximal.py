@@ -25,7 +25,7 @@ limit); ``sigma`` starts at a few squared noise scales, where the steps' duals s
 enough for Newton, and grows while the steps are solved in a Newton step or two.
 
 Measured on Adult's 91 two-way marginals with Laplace noise of scale 10 (148,137 cells, known
-total): certified below 1e-6 (with the duals) in 5.0 s on arrays and 6.5 s through
+total): certified below 1e-6 (with the duals) in 5.0 s on arrays and 5.1-6.5 s through
 ``prob.solve``, where the ADMM needs 1,900 iterations (35 s) for 1e-4.
 
 Certificate, for ``L`` itself: the per-cell multiplier ``M^T lam`` of any step is orthogonal to
