@@ -173,7 +173,8 @@ def local_polytope_model(domain, cliques, noisy, scale, kind, total=None, use_cv
     """``(problem, variables)``: the noisy-marginal estimation problem on the local polytope.
 
     ``domain`` a ``cvxdp.Domain`` (or a mapping attribute -> size); ``cliques`` tuples of
-    attribute names; ``noisy[C]`` the noisy marginal (any shape, C order over ``C``);
+    attribute names; ``noisy[C]`` the noisy marginal (any shape, C order over ``C``; a clique
+    missing from ``noisy`` is unmeasured);
     ``scale`` sigma (``kind="gauss"``: loss ``||x - y||^2 / (2 sigma^2)``) or the Laplace scale
     b (``kind="laplace"``: ``||x - y||_1 / b``); ``total`` the known total, None = free.
     ``variables[C]`` is a flat cvxpy Variable; with ``use_cvxdp`` the only constraint,
@@ -183,11 +184,12 @@ def local_polytope_model(domain, cliques, noisy, scale, kind, total=None, use_cv
     sizes = _sizes(domain)
     xs = {c: cp.Variable(int(np.prod([sizes[a] for a in c])), name="x_" + "_".join(c))
           for c in cliques}
-    ys = {c: np.asarray(noisy[c], dtype=float).ravel() for c in cliques}
+    # a clique without a noisy answer is in the polytope but unmeasured (no loss term)
+    ys = {c: np.asarray(noisy[c], dtype=float).ravel() for c in cliques if c in noisy}
     if kind == "gauss":
-        obj = sum(cp.sum_squares(xs[c] - ys[c]) for c in cliques) / (2.0 * scale ** 2)
+        obj = sum(cp.sum_squares(xs[c] - ys[c]) for c in ys) / (2.0 * scale ** 2)
     elif kind == "laplace":
-        obj = sum(cp.norm1(xs[c] - ys[c]) for c in cliques) / scale
+        obj = sum(cp.norm1(xs[c] - ys[c]) for c in ys) / scale
     else:
         raise ValueError(f"unknown noise kind {kind!r}")
     if use_cvxdp:

@@ -56,11 +56,20 @@ def test_free_total(name):
 
 
 def test_unmeasured_cells_take_the_admm():
-    """Not eligible: a clique without a measurement (cells with neither row); the ADMM alone
-    certifies."""
+    """Not eligible: a clique without a measurement (cells with neither row) that cannot be
+    eliminated (its overlaps, the three pairs, form a cycle); the ADMM alone certifies."""
+    inst = make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2), (0, 1, 2)], loss="l1", noise=2.0,
+                unmeasured=(3,))
+    check(inst, unique=False)
+    assert newton_info(inst) is None
+
+
+def test_an_eliminated_unmeasured_clique_leaves_it_eligible():
+    """The unmeasured pair overlaps the others in single attributes: it is eliminated
+    (``cvxdp.solvers.local_reduce``) and the proximal steps certify the rest."""
     inst = make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l1", noise=2.0, unmeasured=(1,))
     check(inst)
-    assert newton_info(inst) is None
+    assert newton_info(inst)["converged"]
 
 
 def test_warm_start_resumes_the_proximal_steps():

@@ -53,7 +53,7 @@ import scipy.sparse as sp
 
 from . import result as R
 from ._table import IterationTable
-from . import local_newton, local_proximal
+from . import local_newton, local_proximal, local_reduce
 from .local_loss import CellLoss, split_loss
 from .local_polish import polish
 from .local_repair import MarginFitter, mix
@@ -137,9 +137,20 @@ class LocalProblem:
 
 def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
           state: dict | None = None) -> R.SolverResult:
-    """Run the ADMM of the module docstring; ``state`` (from a previous result) warm-starts."""
+    """Run the ADMM of the module docstring; ``state`` (from a previous result) warm-starts.
+    Unmeasured cliques that :mod:`cvxdp.solvers.local_reduce` can eliminate are removed first
+    and filled in after (``info["eliminated"]`` counts them)."""
     s = settings or LocalSettings()
     t0 = time.perf_counter()
+    reduction = local_reduce.reduce(problem)
+    if reduction is not None:
+        res = _solve(reduction.problem, s, state, t0)
+        return reduction.result(res)
+    return _solve(problem, s, state, t0)
+
+
+def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None,
+           t0: float) -> R.SolverResult:
     run = _Run(problem, s, state)
     setup = time.perf_counter() - t0
     res = run.iterate(t0)
