@@ -139,14 +139,16 @@ def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
           state: dict | None = None) -> R.SolverResult:
     """Run the ADMM of the module docstring; ``state`` (from a previous result) warm-starts.
     Unmeasured cliques that :mod:`cvxdp.solvers.local_reduce` can eliminate are removed first
-    and filled in after (``info["eliminated"]`` counts them)."""
+    and filled in after (``info["eliminated"]`` counts them, 0 when none)."""
     s = settings or LocalSettings()
     t0 = time.perf_counter()
     reduction = local_reduce.reduce(problem)
     if reduction is not None:
         res = _solve(reduction.problem, s, state, t0)
         return reduction.result(res)
-    return _solve(problem, s, state, t0)
+    res = _solve(problem, s, state, t0)
+    res.info["eliminated"] = 0
+    return res
 
 
 def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None,

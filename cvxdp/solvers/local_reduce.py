@@ -6,7 +6,7 @@ must be a non-negative table with total ``N`` whose marginal on ``C & D`` is cli
 for every other clique ``D``.  Let ``F_1 .. F_r`` be the largest of those overlaps.  When they
 form an *acyclic* family -- ordered so that each ``S_j = F_j & (F_1 | .. | F_{j-1})`` lies in
 one earlier ``F_i`` (the running intersection property) -- every set of marginals on them that
-agree where they overlap is met by the non-negative table
+agree where they overlap is met by the non-negative table ::
 
     t_C = prod_j mu_{F_j} / prod_{j >= 2} mu_{S_j}  /  |dom(C \\ (F_1 | .. | F_r))|     (0/0 = 0)
 
