@@ -114,22 +114,26 @@ def reduce(p) -> Reduction | None:
     ``None`` when no clique is eliminable."""
     G = p.graph
     measured = _measured_cliques(p)
-    alive = list(range(len(G.cliques)))
+    alive = set(range(len(G.cliques)))
     filled: list[_Filled] = []
-    changed = True
-    while changed and len(alive) > 1:
-        changed = False
-        for k in list(alive):
-            if measured[k] or len(alive) == 1:
-                continue
-            plan = _plan(G, k, [d for d in alive if d != k])
-            if plan is not None:
-                filled.append(plan)
-                alive.remove(k)
-                changed = True
+    # a worklist: removing a clique can only change the overlaps of the cliques meeting it
+    todo = sorted(k for k in alive if not measured[k])
+    queued = set(todo)
+    while todo and len(alive) > 1:
+        k = todo.pop(0)
+        queued.discard(k)
+        plan = _plan(G, k, sorted(alive - {k}))
+        if plan is None:
+            continue
+        filled.append(plan)
+        alive.discard(k)
+        for d in sorted(alive):
+            if not measured[d] and d not in queued and set(G.cliques[d]) & set(G.cliques[k]):
+                todo.append(d)
+                queued.add(d)
     if not filled:
         return None
-    keep = np.array(alive, dtype=np.int64)
+    keep = np.array(sorted(alive), dtype=np.int64)
     return Reduction(problem=_smaller(p, keep), full=p, keep=keep, filled=filled)
 
 
