@@ -16,7 +16,11 @@ one non-negative table per clique, the measured marginals equal to them (the fir
 constraint, whose multiplier is this constraint's dual), their marginals on every region
 equal to the first clique's holding it, and the totals.  ``solver=cvxdp.ADMM`` (also the pick
 of ``solver=None``) solves it by ADMM with an exact projection onto the consistency set
-(:mod:`cvxdp.solvers.local_admm`), stopped by a certified duality gap.
+(:mod:`cvxdp.solvers.local_admm`), stopped by a certified duality gap.  A clique in no loss
+term whose overlaps with the others form an acyclic family (an unmeasured pair among two-way
+marginals) is eliminated before that solve and filled in after with the decomposable table of
+its overlaps' marginals (:mod:`cvxdp.solvers.local_reduce`): exact, as any consistent
+marginals on such a family extend to a non-negative table.
 
 After a solve, :meth:`LocalPolytope.marginal` answers any marginal over attributes inside one
 clique (exact: all cliques holding them agree), and :meth:`LocalPolytope.model` fits a

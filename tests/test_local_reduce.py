@@ -1,7 +1,8 @@
 """Unmeasured cliques eliminated from the local polytope before the solve
 (``cvxdp.solvers.local_reduce``).
 
-Every instance is solved through ``prob.solve`` and checked against Clarabel on the whole
+Every instance (chosen, and random structures with nested cliques and size-one attributes) is
+solved through ``prob.solve`` and checked against Clarabel on the whole
 problem by ``test_local_polytope.check`` (objective, lower bound, the returned tables in the
 *whole* local polytope, duals by a KKT check); here it is also checked which cliques were
 eliminated (acyclic overlaps only, repeatedly, never a measured clique or the last one), that
@@ -90,6 +91,27 @@ def test_warm_start_reuses_the_smaller_problem_state():
     inst.prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-6, warm_start=True)
     st = inst.prob.solver_stats.extra_stats
     assert st["warm_started"] and inst.prob.solver_stats.num_iters <= cold
+
+
+def _random_structure(seed: int):
+    """Random attributes (sizes 1-3), cliques of one to three of them (nested ones too), a
+    random non-empty set left unmeasured, a random loss and total."""
+    rng = np.random.default_rng([seed, 22])
+    na = int(rng.integers(3, 6))
+    sizes = [int(v) for v in rng.integers(1, 4, na)]
+    pool = [c for r in (1, 2, 3) for c in itertools.combinations(range(na), r)]
+    k = int(rng.integers(2, min(7, len(pool)) + 1))
+    cliques = [pool[i] for i in sorted(rng.choice(len(pool), k, replace=False))]
+    unmeasured = tuple(int(i) for i in rng.choice(k, int(rng.integers(1, k)), replace=False))
+    loss = str(rng.choice(["l2", "l1", "mixed"]))
+    return sizes, cliques, unmeasured, loss, (None if rng.random() < 0.3 else 40.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_structures_match_clarabel(seed):
+    sizes, cliques, unmeasured, loss, total = _random_structure(seed)
+    inst = make(seed, sizes, cliques, loss=loss, total=total, unmeasured=unmeasured)
+    check(inst, unique=False)
 
 
 # ---------------------------------------------------------------- on arrays

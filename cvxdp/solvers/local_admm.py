@@ -144,16 +144,18 @@ def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
     t0 = time.perf_counter()
     reduction = local_reduce.reduce(problem)
     if reduction is not None:
-        res = _solve(reduction.problem, s, state, t0)
-        return reduction.result(res)
+        note = (f"{len(reduction.filled)} unmeasured cliques eliminated (filled in after), "
+                f"{len(problem.graph.cliques)} in the model")
+        return reduction.result(_solve(reduction.problem, s, state, t0, note))
     res = _solve(problem, s, state, t0)
     res.info["eliminated"] = 0
     return res
 
 
-def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None,
-           t0: float) -> R.SolverResult:
+def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None, t0: float,
+           note: str = "") -> R.SolverResult:
     run = _Run(problem, s, state)
+    run.note = note
     setup = time.perf_counter() - t0
     res = run.iterate(t0)
     res.setup_time = setup
@@ -203,6 +205,7 @@ class _Run:
         self.newton_face: np.ndarray | None = None
         self.newton_lam: np.ndarray | None = None
         self.newton_end: dict | None = None
+        self.note = ""                               # a line for the table's header
 
     # ------------------------------------------------------------------ iteration
     def x_update(self) -> None:
@@ -274,7 +277,8 @@ class _Run:
     def iterate(self, t0: float) -> R.SolverResult:
         p, s = self.p, self.s
         self.table.header(f"cvxdp ADMM on the local polytope: {len(p.graph.cliques)} cliques, "
-                          f"{p.graph.n} cells, {len(p.graph.regions)} regions")
+                          f"{p.graph.n} cells, {len(p.graph.regions)} regions"
+                          + (f"; {self.note}" if self.note else ""))
         # a warm start from the ADMM's own state goes on with the ADMM; from the Newton's,
         # with the Newton
         if s.dual_newton and (not self.warm or self.newton_warm is not None) and \
