@@ -102,6 +102,16 @@ class CliqueMarginals(Constraint):
     def get_data(self) -> list:
         return [self.domain, self.total, self._options(), self.id]
 
+    def parameters(self) -> list[cp.Parameter]:
+        """The marginals' Parameters, and the total when it is one: it is not an argument,
+        but a new value is new data -- cvxpy's ``Problem.parameters()`` and so the warm-start
+        cache's fingerprint and the input checks must see it (they did not: a state computed
+        for one total was reused for another)."""
+        params = super().parameters()
+        if isinstance(self.total, cp.Parameter) and not any(p is self.total for p in params):
+            params = params + [self.total]
+        return params
+
     def copy(self, args=None, id_objects=None):
         args = self.args if args is None else args
         return type(self)(dict(zip(self.cliques, args)), self.domain, self.total,

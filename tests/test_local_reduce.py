@@ -93,6 +93,19 @@ def test_warm_start_reuses_the_smaller_problem_state():
     assert st["warm_started"] and inst.prob.solver_stats.num_iters <= cold
 
 
+def test_parameter_total_and_a_new_value():
+    inst = make(38, [2, 3, 2, 2], [(0, 1), (1, 2), (2, 3), (0, 3)], loss="l2", total=30.0,
+                unmeasured=(1,), param_total=True)
+    check(inst, unique=False)
+    assert info(inst)["eliminated"] == 1
+    inst.total.value = 45.0                # a new total: the same elimination, a cold start
+    inst.prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-8, warm_start=True)
+    assert inst.prob.status == "optimal" and info(inst)["eliminated"] == 1
+    assert not inst.prob.solver_stats.extra_stats["warm_started"]
+    assert inst.con.residual <= 1e-6
+    assert abs(sum(float(np.sum(v.value)) for v in inst.mus.values()) - 45.0 * 4) <= 1e-6
+
+
 def _random_structure(seed: int):
     """Random attributes (sizes 1-3), cliques of one to three of them (nested ones too), a
     random non-empty set left unmeasured, a random loss and total."""

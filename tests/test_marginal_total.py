@@ -223,3 +223,23 @@ def test_total_bound_holds_and_shrinks_with_the_loss():
     loose = free_total.total_bound(ext.loss, spans, 10 * opt)
     tight = free_total.total_bound(ext.loss, spans, opt)
     assert opt_total <= tight * (1 + 1e-9) <= loose * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("cls", [cvxdp.MarginalPolytope, cvxdp.LocalPolytope])
+def test_a_parameter_total_is_new_data(cls):
+    """A Parameter total is one of the problem's Parameters, so a new value is new data for
+    the warm-start cache (its state for one total was reused for another before)."""
+    from cvxdp.interfaces.warm_start import fingerprint
+    dom = cvxdp.Domain({"a": 2, "b": 3})
+    N = cp.Parameter(pos=True, value=20.0)
+    mu = {("a", "b"): cp.Variable((2, 3))}
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(mu[("a", "b")] - np.arange(6.0).reshape(2, 3))),
+                      [cls(mu, dom, total=N)])
+    assert any(p is N for p in prob.parameters())
+    before = fingerprint(prob)
+    N.value = 30.0
+    assert fingerprint(prob) != before
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM if cls is cvxdp.LocalPolytope
+               else cvxdp.MIRROR_DESCENT)
+    assert prob.status == "optimal"
+    assert float(np.sum(mu[("a", "b")].value)) == pytest.approx(30.0, abs=1e-6)
