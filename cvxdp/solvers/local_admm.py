@@ -154,8 +154,7 @@ def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
 
 def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None, t0: float,
            note: str = "") -> R.SolverResult:
-    run = _Run(problem, s, state)
-    run.note = note
+    run = _Run(problem, s, state, note)
     setup = time.perf_counter() - t0
     res = run.iterate(t0)
     res.setup_time = setup
@@ -164,8 +163,10 @@ def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None, t0: floa
 
 
 class _Run:
-    def __init__(self, p: LocalProblem, s: LocalSettings, state: dict | None) -> None:
-        self.p, self.s = p, s
+    def __init__(self, p: LocalProblem, s: LocalSettings, state: dict | None,
+                 note: str = "") -> None:
+        """``note``: a line for the table's header."""
+        self.p, self.s, self.note = p, s, note
         G = p.graph
         n, m = G.n, (p.Q.shape[0] if p.Q is not None else 0)
         self.table = IterationTable(_COLUMNS, s.verbose)
@@ -205,7 +206,6 @@ class _Run:
         self.newton_face: np.ndarray | None = None
         self.newton_lam: np.ndarray | None = None
         self.newton_end: dict | None = None
-        self.note = ""                               # a line for the table's header
 
     # ------------------------------------------------------------------ iteration
     def x_update(self) -> None:

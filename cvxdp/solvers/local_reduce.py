@@ -65,11 +65,9 @@ class Reduction:
         """A point of the smaller problem completed into one of the original (module
         docstring), with the same loss."""
         G = self.full.graph
-        out = np.zeros(G.n)
-        small = self.problem.graph
-        for j, k in enumerate(self.keep.tolist()):
-            out[G.offsets[k]:G.offsets[k + 1]] = x[small.offsets[j]:small.offsets[j + 1]]
-        total = self.full.total if self.full.total is not None else float(small.totals(x)[0])
+        out = self.expand_cells(x)
+        total = self.full.total if self.full.total is not None \
+            else float(self.problem.graph.totals(x)[0])
         for f in reversed(self.filled):
             G.block(out, f.k)[...] = self._table(out, f, total)
         return out
