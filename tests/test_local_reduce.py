@@ -26,6 +26,7 @@ from cvxdp.solvers.region_graph import RegionGraph
 
 from test_local_polytope import check, make
 
+PAIRS4 = list(itertools.combinations(range(4), 2))
 PAIRS5 = list(itertools.combinations(range(5), 2))
 
 
@@ -104,6 +105,15 @@ def test_parameter_total_and_a_new_value():
     assert not inst.prob.solver_stats.extra_stats["warm_started"]
     assert inst.con.residual <= 1e-6
     assert abs(sum(float(np.sum(v.value)) for v in inst.mus.values()) - 45.0 * 4) <= 1e-6
+
+
+@pytest.mark.parametrize("total, noise, loss", [(1e-3, 1e-4, "l2"), (1e-3, 1e-4, "l1"),
+                                                (1e7, 1e2, "l2"), (1e7, 1e2, "l1")])
+def test_extreme_scales(total, noise, loss):
+    """The filled table divides marginals by marginals: totals of 1e-3 and 1e7 alike."""
+    inst = make(39, [2, 3, 2, 2], PAIRS4, loss=loss, total=total, noise=noise, unmeasured=(1, 4))
+    check(inst, unique=False)
+    assert info(inst)["eliminated"] == 2
 
 
 def _random_structure(seed: int):
