@@ -15,21 +15,11 @@ Splitting (Boyd et al. 2011, section 6.4; the tree solve handles consistency exa
     z <- max(0, alpha x_leaf + (1 - alpha) z + u)
     v, u <- the scaled dual updates.
 
-Certificate.  *Primal*: the leaves ``z`` summed up the tree.  *Dual*: for ``|mu_i| <= w_i``,
-``F(x) >= mu^T (Q x - y)``; summed over a consistent ``x`` the linear form is
-``sum_leaves p_leaf^T x_leaf`` with ``p_leaf`` the sum of ``Q_v^T mu_v`` over the leaf and its
-ancestors, so over ``0 <= x_leaf <= U``
-
-    F* >= -mu^T y + sum_{leaf cells} min(0, p) U,
-
-valid when ``U`` bounds the optimal leaves: a leaf cell measured by an identity row
-``w |x - y|`` has ``x* <= y + F(z) / w`` (that term alone is at most the optimal loss, which a
-feasible ``F(z)`` bounds); elsewhere ``U = inf`` (the bound is ``-inf`` if ``p < 0`` there).
-``mu`` is the scaled dual ``rho v`` clipped to ``[-w, w]``; then each leaf cell's identity row
-(its largest-weight one) is set to its best value given the rest of ``mu``: the least that keeps
-``p >= 0`` when ``y > 0`` (each unit of ``mu`` costs ``y`` in ``-mu^T y``), ``w`` when ``y <= 0``.
-The box, loose at national scale (``F`` is the whole tree's loss), then only meets what that
-cannot fix.
+Certificate.  *Primal*: the leaves ``z`` summed up the tree.  *Dual*: ``mu``, the scaled dual
+``rho v`` clipped to ``|mu| <= w``, moved to a nearby dual-feasible point by the identity rows
+(:mod:`cvxdp.solvers.tree_l1_bound`: the leaves' rows at their best values, what they cannot
+make non-negative lifted by their ancestors' rows); the bound ``-mu^T y`` then needs the
+a-priori box on the optimal leaves only where no row on the path can lift it.
 """
 from __future__ import annotations
 
@@ -43,6 +33,7 @@ from . import result as R
 from ._table import IterationTable
 from .tree import Forest
 from .tree_gls import Block, TreeGLS
+from .tree_l1_bound import IdentityRows, lower_bound
 from .tree_nonneg import NonnegSettings, _aggregate
 
 __all__ = ["solve_l1", "l1_objective"]
@@ -67,7 +58,7 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
     rho = s.rho if s.rho is not None else _default_rho(blocks, forest, k)
     unit = [Block(b.nodes, b.Q, np.ones_like(b.w), b.y) for b in blocks]
     solver = TreeGLS(forest, k, unit, prox=1.0)      # rho scales out of the x step
-    leaf_rows = _LeafRows(blocks, forest, k)
+    rows = IdentityRows(blocks, forest, k)
     r = [b.y.copy() for b in blocks]
     v = [np.zeros_like(b.y) for b in blocks]
     z = np.maximum(_start(forest, k, blocks), 0.0)
@@ -96,7 +87,7 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
         if f < best_f:
             best_f, best_z = f, z.copy()
         mus = [np.clip(rho * vb, -b.w, b.w) for b, vb in zip(blocks, v)]
-        lower = max(lower, _bound(forest, k, blocks, mus, leaf_rows, best_f))
+        lower = max(lower, lower_bound(forest, k, blocks, mus, rows, best_f))
         gap = R.relative_gap(best_f, lower)
         row = {"iter": it, "objective": best_f, "lower bnd": lower, "rel gap": gap, "rho": rho,
                "time [s]": time.perf_counter() - t0}
@@ -130,73 +121,3 @@ def _start(forest: Forest, k: int, blocks) -> np.ndarray:
         return TreeGLS(forest, k, blocks).solve()[forest.leaves]
     except ValueError:
         return np.zeros((forest.leaves.size, k))
-
-
-class _LeafRows:
-    """For every leaf cell, its identity row ``w |x - y|`` of largest weight (block, row in the
-    block, query), if it has one: where the dual point is repaired and the box is read."""
-
-    def __init__(self, blocks, forest: Forest, k: int) -> None:
-        pos = np.full(forest.n, -1)
-        pos[forest.leaves] = np.arange(forest.leaves.size)
-        shape = (forest.leaves.size, k)
-        self.w = np.zeros(shape)
-        self.y = np.full(shape, np.inf)
-        self.block = np.full(shape, -1)
-        self.row = np.zeros(shape, dtype=np.int64)
-        self.query = np.zeros(shape, dtype=np.int64)
-        for bi, b in enumerate(blocks):
-            rows = np.flatnonzero(pos[b.nodes] >= 0)
-            if rows.size == 0:
-                continue
-            leaf = pos[b.nodes[rows]]
-            for qi, q in enumerate(b.Q):
-                nz = np.flatnonzero(q)
-                if nz.size != 1 or q[nz[0]] != 1.0:
-                    continue
-                j = int(nz[0])
-                better = b.w[qi] > self.w[leaf, j]
-                lb, rb = leaf[better], rows[better]
-                self.w[lb, j] = b.w[qi]
-                self.y[lb, j] = b.y[rb, qi]
-                self.block[lb, j], self.row[lb, j], self.query[lb, j] = bi, rb, qi
-
-    def box(self, F: float) -> np.ndarray:
-        """``y + F / w`` per leaf cell (``inf`` without an identity row)."""
-        with np.errstate(divide="ignore"):
-            return np.where(self.w > 0, self.y + F / np.where(self.w > 0, self.w, 1.0), np.inf)
-
-
-def _bound(forest: Forest, k: int, blocks, mus, leaf: _LeafRows, F: float) -> float:
-    """``-mu^T y + sum min(0, p) U`` (module docstring), after setting ``mu`` on the leaves'
-    identity rows to their best values given the rest (the bound is separable in them)."""
-    c = np.zeros((forest.n, k))
-    for b, mu in zip(blocks, mus):
-        b.scatter_add(c, mu @ b.Q)
-    # path sums from the roots down: every leaf's cells see all their ancestors' terms
-    for d in range(1, forest.n_levels):
-        lo, hi = forest.level_bounds[d], forest.level_bounds[d + 1]
-        units = forest.order[lo:hi]
-        c[units] += c[forest.parent[units]]
-    p = c[forest.leaves]
-    has = leaf.block >= 0
-    if has.any():
-        li, j = np.nonzero(has)
-        bi, ri, qi = leaf.block[li, j], leaf.row[li, j], leaf.query[li, j]
-        for b_idx in np.unique(bi):
-            sel = bi == b_idx
-            mu, w = mus[int(b_idx)], blocks[int(b_idx)].w[qi[sel]]
-            cur = mu[ri[sel], qi[sel]]
-            other = p[li[sel], j[sel]] - cur
-            y = leaf.y[li[sel], j[sel]]
-            # the best value of this coordinate given the others: as low as keeps p >= 0 when
-            # y > 0 (each unit lowers -mu y by y), as high as allowed when y <= 0
-            best = np.clip(np.where(y > 0, -other, w), -w, w)
-            mu[ri[sel], qi[sel]] = best
-            p[li[sel], j[sel]] = other + best
-    const = -float(sum(np.sum(mu * b.y) for b, mu in zip(blocks, mus)))
-    U = leaf.box(F)
-    neg = p < 0
-    if np.any(neg & ~np.isfinite(U)):
-        return -math.inf
-    return const + float(np.sum(np.where(neg, p * np.where(np.isfinite(U), U, 0.0), 0.0)))
