@@ -152,9 +152,35 @@ def admm_general(rng):
     return cp.Problem(cp.Minimize(loss), [x >= 0, cp.sum(x) == x0.sum()])
 
 
+def admm_histogram(rng):
+    """A histogram of ``k`` cells at every unit of a random geography
+    (``cvxdp.HierarchicalHistogram``): identity rows on a random subset of units (the leaves
+    may have none: then only their ancestors and an aggregate row pin them), an aggregate row
+    on another subset, one loss for both, ``X >= 0`` mostly."""
+    n = int(rng.integers(3, 30))
+    parent = np.r_[-1, [int(rng.integers(0, v)) for v in range(1, n)]]
+    geo = cvxdp.workloads.geography(parent)
+    k = int(rng.integers(1, 5))
+    truth = geo.aggregate(rng.poisson(2.0, (geo.leaves.size, k)).astype(float))
+    X = cp.Variable((geo.n_nodes, k))
+    kind = rng.choice(["l1", "l1", "l2", "enet"])
+    rows = np.flatnonzero(rng.random(geo.n_nodes) < rng.choice([0.5, 0.9, 1.0])) if rng.random() < 0.7 \
+        else geo.internal
+    rows = rows if rows.size else np.array([0])
+    Q = (rng.random((int(rng.integers(1, 3)), k)) < 0.6).astype(float)
+    Q[0, 0] = 1.0
+    agg = np.flatnonzero(rng.random(geo.n_nodes) < 0.5)
+    agg = agg if agg.size else np.array([0])
+    b1, b2 = float(rng.uniform(0.5, 3)), float(rng.uniform(0.5, 3))
+    loss = _loss(kind, X[rows] - truth[rows] - rng.laplace(0, b1, (rows.size, k)), 1 / b1) \
+        + _loss(kind, X[agg] @ Q.T - truth[agg] @ Q.T - rng.laplace(0, b2, (agg.size, Q.shape[0])), 1 / b2)
+    cons = [cvxdp.HierarchicalHistogram(geo, X)] + ([X >= 0] if rng.random() < 0.8 else [])
+    return cp.Problem(cp.Minimize(loss), cons)
+
+
 ADMM_KINDS = {"tiny": admm_tiny, "general": admm_general, "tree": admm_tree, "order": admm_order,
               "rank_deficient": admm_rank_deficient, "contradiction": admm_contradiction,
-              "scales": admm_scales, "leaf_measured": admm_leaf_measured}
+              "scales": admm_scales, "leaf_measured": admm_leaf_measured, "histogram": admm_histogram}
 
 
 def md_instance(rng, loss="random", sparse=False, exact=False, known_total=True):

@@ -514,3 +514,23 @@ def test_tiny_noise_scale_optimal_is_not_below_the_optimum(seed, loss):
     assert inst.violation(x) <= EPS_ABS
     assert abs(inst.objective(x) - ref_val) <= (EPS_REL + REF_RTOL) * max(1.0, abs(ref_val))
     assert not kkt_failures(inst, x)
+
+
+def test_a_loss_row_without_a_variable_is_a_constant_of_the_separable_path():
+    """``0.5 * (X[0] @ [[1, 0]] - y)`` (one unit, one cell, two queries of which one is zero;
+    weighted, so the recogniser does not fold it into its constant) makes a row of ``M`` with
+    no entry: its loss ``phi(-y)`` is a constant the separable splitting must add to
+    its objective and bound (it dropped it: the certificate then missed the true objective by
+    exactly that constant and the solve was reported ``optimal_inaccurate``).  Two leaves
+    unmeasured: the histogram tree's GLS steps aside and the separable splitting runs."""
+    geo = cvxdp.workloads.geography(np.array([-1, 0, 0, 1, 1]))
+    X = cp.Variable((5, 1))
+    obj = cp.sum_squares(X[4] - 1.5) + cp.sum_squares(0.5 * (X[0] @ np.array([[1.0, 0.0]]) - np.array([[3.0, 0.7]])))
+    prob = cp.Problem(cp.Minimize(obj), [cvxdp.HierarchicalHistogram(geo, X), X >= 0])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-8)
+    stats = prob.solver_stats.extra_stats
+    assert stats["info"]["splitting"] == "separable/tree"
+    assert prob.status == cp.OPTIMAL, stats.get("reason")
+    ours = prob.value
+    assert ours == pytest.approx(prob.solve(solver=cp.CLARABEL), rel=1e-6, abs=1e-9)
+    assert ours == pytest.approx(0.1225)        # the constant (0.5 * 0.7)^2: the rest is met exactly

@@ -134,12 +134,29 @@ def test_a_parent_row_lifts_its_leaves_exactly():
     blocks = [Block(np.array([0]), np.eye(1), 1.0, np.array([[5.0]]))]
     rows = IdentityRows(blocks, forest, 1)
     assert lower_bound(forest, 1, blocks, [np.array([[-0.5]])], rows, 10.0) == 0.0
-    # a row already at its upper end +w cannot lift: the (infinite) box remains
-    blocks = [Block(np.array([0]), np.eye(1), 1.0, np.array([[5.0]])),
-              Block(np.array([0]), np.ones((1, 1)) * 2.0, 1.0, np.array([[3.0]]))]
-    rows = IdentityRows(blocks, forest, 1)
-    mus = [np.array([[1.0]]), np.array([[-1.0]])]     # p = 1 - 2 = -1 at both leaves
-    assert lower_bound(forest, 1, blocks, mus, rows, 10.0) == -np.inf
+
+
+def test_what_no_row_can_lift_meets_the_box_of_the_rows():
+    """Cell 1's identity row at its upper end and a difference row pulling its sum to -1: no
+    lift is possible, and the box comes from the identity row, ``x <= y + F / w``."""
+    forest = Forest(np.array([-1, 0, 0]))
+    blocks = [Block(np.array([0]), np.eye(2), 1.0, np.array([[5.0, 5.0]])),
+              Block(np.array([0]), np.array([[1.0, -1.0]]), 2.0, np.array([[0.0]]))]
+    rows = IdentityRows(blocks, forest, 2)
+    mus = [np.array([[0.0, 1.0]]), np.array([[2.0]])]  # p = [2, -1] at both leaves
+    # -mu^T y = -5; two leaves x (-1) x (5 + 10 / 1)
+    assert lower_bound(forest, 2, blocks, mus, rows, 10.0) == pytest.approx(-35.0)
+
+
+def test_an_aggregate_row_bounds_the_cells_below_it():
+    """No identity row anywhere (``k = 2``, one total row at the root): the leaves' negative
+    sums meet the box ``x_j <= (y + F / w) / q_j`` of the root's total."""
+    forest = Forest(np.array([-1, 0, 0]))
+    blocks = [Block(np.array([0]), np.array([[1.0, 1.0]]), 1.0, np.array([[4.0]]))]
+    rows = IdentityRows(blocks, forest, 2)
+    bound = lower_bound(forest, 2, blocks, [np.array([[-0.5]])], rows, 4.0)
+    assert bound == pytest.approx(2.0 - 4 * 0.5 * 8.0)
+    assert bound <= lp_optimum(forest, 2, blocks)
 
 
 def test_internal_rows_with_non_positive_answers_go_to_their_upper_end():

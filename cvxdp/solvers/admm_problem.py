@@ -51,6 +51,13 @@ class ConsistencyData:
         r = self.M @ x - self.y
         return float(_dot(self.w1, np.abs(r)) + 0.5 * _dot(self.w2, r * r)) + self.constant
 
+    def empty_rows_constant(self) -> float:
+        """The loss of the rows of ``M`` without an entry (``phi(-y)``, a constant): the
+        separable splitting keeps only rows with an entry, so it adds this."""
+        empty = np.diff(self.M.tocsr().indptr) == 0
+        y = self.y[empty]
+        return float(_dot(self.w1[empty], np.abs(y)) + 0.5 * _dot(self.w2[empty], y * y))
+
     @property
     def has_eq(self) -> bool:
         return self.A is not None and self.A.shape[0] > 0

@@ -38,6 +38,8 @@ class SeparableADMM(Splitting):
         super().__init__(data, settings)
         self.f = f
         self.n = data.n
+        # f keeps the rows of M with an entry; the others' loss is a constant
+        self.constant = data.constant + data.empty_rows_constant()
         self.proj = None
         self.chains = data.chains if data.has_chains else None
         self.last_dual_point = None        # the last coordinate-wise repaired dual point
@@ -155,7 +157,7 @@ class SeparableADMM(Splitting):
         """``D(lam) = -f*(-lam) - sigma_C(lam)`` after the repair of
         :func:`cvxdp.solvers.admm_duals.separable_dual_value`; a coordinate-wise repaired
         point is kept for the polish's active-set identification."""
-        val, repaired = separable_dual_value(self.f, self.proj, self.chains, lam, self.data.constant)
+        val, repaired = separable_dual_value(self.f, self.proj, self.chains, lam, self.constant)
         if repaired is not None:
             self.last_dual_point = repaired
         return val
@@ -182,11 +184,11 @@ class SeparableADMM(Splitting):
             if c is self.z:
                 z_ok = viol <= tol
             if viol <= tol:
-                val = f.value(c) + self.data.constant
+                val = f.value(c) + self.constant
                 if val < pobj:
                     feasible_x, pobj = c, val
         out = {"r_prim": r_prim, "r_dual": r_dual, "lower": lower, "feasible_x": feasible_x,
-               "primal_obj": pobj if feasible_x is not None else f.value(self.z) + self.data.constant,
+               "primal_obj": pobj if feasible_x is not None else f.value(self.z) + self.constant,
                "x_candidate": self.z, "x_candidate_ok": bool(z_ok)}
         xn = max(_norm(self.x), _norm(self.z))
         eps_p = tol * math.sqrt(self.n) + self.s.eps_rel * xn
@@ -235,5 +237,5 @@ class SeparableADMM(Splitting):
             return PolishResult(reason="not available without equality constraints (order chains)")
         return polish_separable(SeparablePoint(
             f=self.f, proj=self.proj, x=self.x, lam=self.rho * self.u, lam_dual=self.last_dual_point,
-            rho=self.rho, constant=self.data.constant, eps_abs=self.s.eps_abs, eps_rel=self.s.eps_rel))
+            rho=self.rho, constant=self.constant, eps_abs=self.s.eps_abs, eps_rel=self.s.eps_rel))
 

@@ -110,8 +110,10 @@ def _default_rho(blocks, forest: Forest, k: int) -> float:
     (3,156 units x 64 cells, Laplace scales 2 and 10, gap 1e-4): 100-120 iterations at 10x,
     230 / 130 at 100x / 30x, 380-450 at 1x, 1,700 at 0.1x."""
     w = np.concatenate([b.w for b in blocks])
-    leaf_vals = [np.abs(b.y[np.isin(b.nodes, forest.leaves)]) for b in blocks]
-    typical = float(np.median(np.concatenate([lv.ravel() for lv in leaf_vals]))) if leaf_vals else 1.0
+    leaf_vals = np.concatenate([np.abs(b.y[np.isin(b.nodes, forest.leaves)]).ravel() for b in blocks])
+    if leaf_vals.size == 0:          # no leaf measured: the answers of the units that are
+        leaf_vals = np.concatenate([np.abs(b.y).ravel() for b in blocks])
+    typical = float(np.median(leaf_vals)) if leaf_vals.size else 1.0
     return _RHO_FACTOR * float(np.median(w)) / max(typical, 1.0)
 
 

@@ -11,12 +11,15 @@ ancestors.  So for ``0 <= x_leaf <= U`` (any box holding the optimal leaves)
 and ``mu`` is *dual feasible* (the bound needs no box) when ``p >= 0`` at every leaf cell.
 
 A scaled ADMM dual ``rho v`` clipped to ``|mu| <= w`` is near an optimal ``mu`` but leaves
-some ``p`` slightly negative; with the only box known a priori, ``U = y + F / w`` for a leaf
-cell with an identity row ``w |x - y|`` (that term alone is at most the optimal loss, which a
-feasible ``F`` bounds), each such cell costs ``|p| F / w``: at national scale that alone is
-larger than ``F``.  :func:`lower_bound` therefore first moves ``mu`` to a nearby point with
-``p >= 0`` wherever the identity rows allow it; every move stays in ``|mu| <= w``, so (1)
-holds for the result whatever the moves are (they only decide how sharp it is):
+some ``p`` slightly negative, and the only box known a priori is loose: a row
+``w |q^T x_v - y|`` with ``q >= 0`` gives ``q^T x_v <= y + F / w`` at any point of loss at most
+a feasible ``F``, so ``x_vj <= (y + F / w) / q_j`` there and at every unit below ``v`` (the
+cells are non-negative) -- at national scale one such term costs ``|p| F / w``, more than
+``F`` itself.  :func:`lower_bound` therefore first moves ``mu`` to a nearby point with
+``p >= 0`` wherever the *identity rows* allow it (a row ``w |a x_j - y|``, read as
+``w |a| |x_j - y / a|``; recognised models fold the weights into ``a``); every move stays in
+``|mu| <= w``, so (1) holds for the result whatever the moves are (they only decide how sharp
+it is):
 
 1. an identity row of an internal unit whose answer ``y <= 0`` is set to ``w`` (it raises
    ``-mu^T y`` and every ``p`` below it: an optimal ``mu`` has it there, as
@@ -32,9 +35,9 @@ holds for the result whatever the moves are (they only decide how sharp it is):
    agreeing up the tree).
 
 Only what no unit on the path can lift meets the box.  Measured on the national benchmark's
-tree (88,152 units x 64 cells, Laplace rows at every unit): after 140 ADMM iterations (1)
-with steps 1-4 is 7.7e-5 below the best point's loss; with step 2 alone 2.7 times the loss
-*below zero* (the box), and it stayed above 2e-2 after 290 iterations.
+tree (88,152 units x 64 cells, Laplace rows at every unit, ``benchmarks/national.py``): the
+certified gap is 7.7e-5 after 130 ADMM iterations (114 s) and 5.6e-6 after 220; with step 2
+alone the bound was still below zero after 140 iterations and the gap above 2e-2 after 290.
 """
 from __future__ import annotations
 
@@ -49,28 +52,33 @@ __all__ = ["IdentityRows", "lower_bound"]
 
 
 class IdentityRows:
-    """For every (unit, cell): its identity row ``w |x - y|`` of largest weight, if it has one
-    -- as a position in the concatenated multipliers (``-1`` where none), with its weight and
-    answer.  Built once per problem; :func:`lower_bound` moves the multipliers at these."""
+    """For every (unit, cell): its identity row of largest weight, if it has one -- a row
+    ``w |a x_j - y|`` of one non-zero ``a``, read as ``W |x_j - Y|`` with ``W = w |a|`` and
+    ``Y = y / a`` (recognised models fold the weights into ``a``).  Kept: its position in the
+    concatenated multipliers (``-1`` where none), ``W``, ``Y`` and ``a``.  Moves are made on
+    ``nu = a mu``, the row's term in ``p`` (``|nu| <= W``, and ``-mu y = -nu Y``).  Built once
+    per problem; :func:`lower_bound` moves the multipliers at these."""
 
     def __init__(self, blocks: Sequence, forest: Forest, k: int) -> None:
         shape = (forest.n, k)
         self.index = np.full(shape, -1, dtype=np.int64)
         self.w = np.zeros(shape)
         self.y = np.full(shape, np.inf)
+        self.a = np.ones(shape)
         offset = 0
         for b in blocks:
             m = b.Q.shape[0]
             for qi, q in enumerate(b.Q):
                 nz = np.flatnonzero(q)
-                if nz.size != 1 or q[nz[0]] != 1.0:
+                if nz.size != 1:
                     continue
-                j = int(nz[0])
-                rows = np.flatnonzero(b.w[qi] > self.w[b.nodes, j])
+                j, a = int(nz[0]), float(q[nz[0]])
+                rows = np.flatnonzero(b.w[qi] * abs(a) > self.w[b.nodes, j])
                 nodes = b.nodes[rows]
                 self.index[nodes, j] = offset + rows * m + qi
-                self.w[nodes, j] = b.w[qi]
-                self.y[nodes, j] = b.y[rows, qi]
+                self.w[nodes, j] = b.w[qi] * abs(a)
+                self.y[nodes, j] = b.y[rows, qi] / a
+                self.a[nodes, j] = a
             offset += b.y.size
         self.size = offset
         self.leaves = forest.leaves
@@ -82,13 +90,7 @@ class IdentityRows:
         inner = np.ones(forest.n, dtype=bool)
         inner[self.leaves] = False
         free = (self.index >= 0) & (self.y <= 0) & inner[:, None]
-        self.free, self.free_w = self.index[free], self.w[free]     # step 1's rows
-
-    def box(self, F: float) -> np.ndarray:
-        """``y + F / w`` per leaf cell (``inf`` without an identity row)."""
-        w, y = self.w[self.leaves], self.y[self.leaves]
-        with np.errstate(divide="ignore"):
-            return np.where(w > 0, y + F / np.where(w > 0, w, 1.0), np.inf)
+        self.free, self.free_mu = self.index[free], (self.w / self.a)[free]   # step 1's rows
 
 
 def lower_bound(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarray],
@@ -98,7 +100,7 @@ def lower_bound(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarr
     mu = np.concatenate([np.asarray(m, dtype=float).ravel() for m in mus])
     if mu.size != rows.size:
         raise ValueError(f"lower_bound: {mu.size} multipliers for {rows.size} rows")
-    mu[rows.free] = rows.free_w
+    mu[rows.free] = rows.free_mu
     P = _path_sums(forest, k, blocks, mu)[rows.leaves]
     _best_leaf_rows(mu, P, rows)
     lift = _lift(forest, k, mu, P, rows)
@@ -110,10 +112,29 @@ def lower_bound(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarr
     neg = P < 0
     if not np.any(neg):
         return const
-    U = rows.box(F)
+    U = _box(forest, k, blocks, F)[rows.leaves]
     if np.any(neg & ~np.isfinite(U)):
         return -math.inf
     return const + float(np.sum(P[neg] * U[neg]))
+
+
+def _box(forest: Forest, k: int, blocks: Sequence, F: float) -> np.ndarray:
+    """Upper bounds on every unit's cells at any point of loss at most ``F`` (``(n, k)``,
+    ``inf`` where none): a row ``w |q^T x_v - y|`` with ``q >= 0`` gives ``q^T x_v <= y + F / w``,
+    so ``x_vj <= (y + F / w) / q_j`` for ``q_j > 0`` (the cells are non-negative), and a unit's
+    cells bound those of every unit below it."""
+    U = np.full((forest.n, k), np.inf)
+    for b in blocks:
+        for qi, q in enumerate(b.Q):
+            if np.any(q < 0) or not np.any(q > 0):
+                continue
+            j = np.flatnonzero(q > 0)
+            cap = (b.y[:, qi] + F / b.w[qi])[:, None] / q[j]
+            np.minimum.at(U, (b.nodes[:, None], j[None, :]), cap)
+    for d in range(1, forest.n_levels):
+        units = forest.order[forest.level_bounds[d]:forest.level_bounds[d + 1]]
+        U[units] = np.minimum(U[units], U[forest.parent[units]])
+    return U
 
 
 def _path_sums(forest: Forest, k: int, blocks: Sequence, mu: np.ndarray) -> np.ndarray:
@@ -140,10 +161,10 @@ def _best_leaf_rows(mu: np.ndarray, P: np.ndarray, rows: IdentityRows) -> None:
     the leaves' path sums ``P``)."""
     li, j = rows.leaf_cells
     leaf = rows.leaves[li]
-    idx, w, y = rows.index[leaf, j], rows.w[leaf, j], rows.y[leaf, j]
-    other = P[li, j] - mu[idx]
+    idx, w, y, a = rows.index[leaf, j], rows.w[leaf, j], rows.y[leaf, j], rows.a[leaf, j]
+    other = P[li, j] - a * mu[idx]
     best = np.clip(np.where(y > 0, -other, w), -w, w)
-    mu[idx] = best
+    mu[idx] = best / a
     P[li, j] = other + best
 
 
@@ -166,8 +187,9 @@ def _lift(forest: Forest, k: int, mu: np.ndarray, P: np.ndarray,
         here = np.flatnonzero((rows.depth[node] == d) & (rows.index[node, cell] >= 0))
         if here.size:
             idx = rows.index[node[here], cell[here]]
-            step = np.clip(rows.w[node[here], cell[here]] - mu[idx], 0.0, deficit[here])
-            mu[idx] += step
+            a = rows.a[node[here], cell[here]]
+            step = np.clip(rows.w[node[here], cell[here]] - a * mu[idx], 0.0, deficit[here])
+            mu[idx] += step / a
             raised[node[here], cell[here]] += step
             deficit[here] -= step
         up = (rows.depth[node] == d) & (deficit > 0) & (forest.parent[node] >= 0)
