@@ -140,10 +140,28 @@ def test_l1_with_nonnegativity_takes_the_tree_path(seed):
     assert prob.status == "optimal"
     assert prob.solver_stats.extra_stats["info"]["splitting"] == "histogram tree (non-negative L1 ADMM)"
     ours, x_ours = prob.value, X.value
+    nu, lam = prob.constraints[0].dual_value, prob.constraints[1].dual_value
     assert np.all(x_ours >= 0)
     np.testing.assert_allclose(geo.consistency @ x_ours, 0, atol=1e-9)
+    assert prob.solver_stats.extra_stats["duals_certified"]
+    assert_l1_duals_certify(geo, Y, Q, Ym, x_ours, nu, lam)
     prob.solve(solver=cp.HIGHS)
     assert ours == pytest.approx(prob.value, rel=2e-7)
+
+
+def assert_l1_duals_certify(geo, Y, Q, Ym, x, nu, lam):
+    """``lam >= 0`` and the Lagrangian's minimum over all ``Z`` (an LP, solved by HiGHS),
+    ``min f(Z) + nu^T C Z - lam^T Z``, is a lower bound within the certified gap of ``f(x)``."""
+    def f(z):
+        return cp.sum(cp.abs(z - Y)) / 1.5 + cp.sum(cp.abs(z[geo.internal] @ Q.T - Ym)) / 0.5
+    assert lam.min() >= 0
+    Z = cp.Variable(x.shape)
+    lagr = cp.Problem(cp.Minimize(f(Z) + cp.sum(cp.multiply(geo.consistency.T @ nu, Z))
+                                  - cp.sum(cp.multiply(lam, Z))))
+    lagr.solve(solver=cp.HIGHS)
+    assert lagr.status == cp.OPTIMAL          # bounded: the duals are dual feasible
+    fx = f(x).value
+    assert fx * (1 - 2e-7) - 1e-9 <= lagr.value <= fx + 1e-9 * max(1.0, fx)
 
 
 def test_outside_the_structure_the_general_admm_runs():

@@ -15,7 +15,7 @@ import pytest
 from cvxdp.solvers.tree import Forest
 from cvxdp.solvers.tree_gls import Block
 from cvxdp.solvers.tree_l1 import l1_objective, solve_l1
-from cvxdp.solvers.tree_l1_bound import IdentityRows, lower_bound
+from cvxdp.solvers.tree_l1_bound import IdentityRows, dual_point, leaf_sums, lower_bound, unit_terms
 from cvxdp.solvers.tree_nonneg import NonnegSettings
 
 
@@ -136,27 +136,38 @@ def test_a_parent_row_lifts_its_leaves_exactly():
     assert lower_bound(forest, 1, blocks, [np.array([[-0.5]])], rows, 10.0) == 0.0
 
 
-def test_what_no_row_can_lift_meets_the_box_of_the_rows():
+def test_what_no_row_can_lift_is_mixed_with_the_feasible_point():
     """Cell 1's identity row at its upper end and a difference row pulling its sum to -1: no
-    lift is possible, and the box comes from the identity row, ``x <= y + F / w``."""
+    row can lift it.  The box (from the identity row, ``x <= y + F / w``) would give
+    ``-5 - 2 * 15 = -35``; step 5 mixes with the point with every identity row at ``w``
+    (``p0 = 1``) at ``theta = 1/2``: dual feasible, value -7.5."""
     forest = Forest(np.array([-1, 0, 0]))
     blocks = [Block(np.array([0]), np.eye(2), 1.0, np.array([[5.0, 5.0]])),
               Block(np.array([0]), np.array([[1.0, -1.0]]), 2.0, np.array([[0.0]]))]
     rows = IdentityRows(blocks, forest, 2)
     mus = [np.array([[0.0, 1.0]]), np.array([[2.0]])]  # p = [2, -1] at both leaves
-    # -mu^T y = -5; two leaves x (-1) x (5 + 10 / 1)
-    assert lower_bound(forest, 2, blocks, mus, rows, 10.0) == pytest.approx(-35.0)
+    point = dual_point(forest, 2, blocks, mus, rows, 10.0)
+    assert point.value == pytest.approx(-7.5) and point.bound == pytest.approx(-7.5)
+    p = leaf_sums(forest, unit_terms(forest, 2, blocks, point.mu), forest.leaves)
+    assert p.min() >= 0
+    assert point.bound <= lp_optimum(forest, 2, blocks)
 
 
-def test_an_aggregate_row_bounds_the_cells_below_it():
-    """No identity row anywhere (``k = 2``, one total row at the root): the leaves' negative
-    sums meet the box ``x_j <= (y + F / w) / q_j`` of the root's total."""
+def test_a_total_row_lifts_and_else_bounds_the_cells_below_it():
+    """No identity row anywhere (``k = 2``): a total row at the root with room lifts the
+    leaves' negative sums itself (exact here); at its upper end, with a difference row pulling
+    cell 1 down, nothing lifts and no feasible point mixes in, and the leaves meet the box
+    ``x_j <= (y + F / w) / q_j`` of the total."""
     forest = Forest(np.array([-1, 0, 0]))
-    blocks = [Block(np.array([0]), np.array([[1.0, 1.0]]), 1.0, np.array([[4.0]]))]
+    total = Block(np.array([0]), np.array([[1.0, 1.0]]), 1.0, np.array([[4.0]]))
+    rows = IdentityRows([total], forest, 2)
+    assert lower_bound(forest, 2, [total], [np.array([[-0.5]])], rows, 4.0) == 0.0
+    blocks = [total, Block(np.array([0]), np.array([[1.0, -1.0]]), 2.0, np.array([[0.0]]))]
     rows = IdentityRows(blocks, forest, 2)
-    bound = lower_bound(forest, 2, blocks, [np.array([[-0.5]])], rows, 4.0)
-    assert bound == pytest.approx(2.0 - 4 * 0.5 * 8.0)
-    assert bound <= lp_optimum(forest, 2, blocks)
+    point = dual_point(forest, 2, blocks, [np.array([[1.0]]), np.array([[2.0]])], rows, 4.0)
+    # p = [3, -1] at both leaves: -mu^T y = -4, two leaves x (-1) x (4 + 4 / 1)
+    assert point.mu is None and point.bound == pytest.approx(-20.0)
+    assert point.bound <= lp_optimum(forest, 2, blocks)
 
 
 def test_internal_rows_with_non_positive_answers_go_to_their_upper_end():

@@ -32,6 +32,7 @@ from .admm_problem import memoised
 from .tree import Forest
 from .tree_gls import Block, Invariant, TreeGLS
 from .tree_l1 import solve_l1
+from .tree_l1_bound import leaf_sums, unit_terms
 from .tree_nonneg import NonnegSettings, objective, solve_nonneg
 
 __all__ = ["HistogramTree", "detect", "solve"]
@@ -312,7 +313,19 @@ def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: fl
             callback=callback))
         res.x = res.x.ravel(order="F")
         res.info["splitting"] = "histogram tree (non-negative L1 ADMM)"
+        mu = res.info.pop("dual_point")
         res.info["duals_certified"] = False
+        if mu is not None and res.status == R.OPTIMAL:
+            # the certified bound's multiplier: the loss's subgradient per unit, and the leaves'
+            # path sums as the bound multipliers (non-negative: the point is dual feasible)
+            g = unit_terms(f, k, tree.blocks, mu)
+            lam = np.zeros((n, k))
+            # (the bound checked them >= 0; summed again here they may differ by rounding)
+            lam[f.leaves] = np.maximum(leaf_sums(f, g, f.leaves), 0.0)
+            duals, ok = _multipliers_of_gradient(tree, g, lam)
+            res.info["duals_certified"] = ok
+            if ok:
+                res.duals = duals
         return res
     if tree.nonneg:
         try:
@@ -355,12 +368,17 @@ def _multipliers(tree: HistogramTree, X: np.ndarray,
     solution, or the minimiser behind the non-negative run's certified bound), and whether
     they certify: the leaves' stationarity residual must be rounding, so that the Lagrangian's
     value is the bound the solver certified."""
-    f, n, k = tree.forest, tree.n_units, tree.k
-    g = np.zeros((n, k))
+    g = np.zeros((tree.n_units, tree.k))
     for b in tree.blocks:
         b.scatter_add(g, ((X[b.nodes] @ b.Q.T - b.y) * b.w) @ b.Q)
-    if lam is not None:
-        g -= lam
+    return _multipliers_of_gradient(tree, g, lam)
+
+
+def _multipliers_of_gradient(tree: HistogramTree, grad: np.ndarray,
+                             lam: np.ndarray | None) -> tuple[dict[str, np.ndarray], bool]:
+    """:func:`_multipliers` given the loss's (sub)gradient ``grad`` per unit (not modified)."""
+    f, n, k = tree.forest, tree.n_units, tree.k
+    g = grad - lam if lam is not None else grad
     nu = np.zeros((n, k))
     resid = np.zeros((n, k))
     order = f.order

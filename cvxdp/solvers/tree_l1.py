@@ -33,7 +33,7 @@ from . import result as R
 from ._table import IterationTable
 from .tree import Forest
 from .tree_gls import Block, TreeGLS
-from .tree_l1_bound import IdentityRows, lower_bound
+from .tree_l1_bound import IdentityRows, dual_point
 from .tree_nonneg import NonnegSettings, _aggregate
 
 __all__ = ["solve_l1", "l1_objective"]
@@ -66,6 +66,7 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
     table = IterationTable(_COLUMNS, s.verbose)
     table.header(f"cvxdp ADMM, non-negative L1 on a tree: {forest.n} units x {k} cells, rho {rho:.3g}")
     best_f, best_z, lower, history, status, it = math.inf, z, -math.inf, [], None, 0
+    best_dual = None
     for it in range(1, s.max_iters + 1):
         rhs = np.zeros((forest.n, k))
         for b, rb, vb in zip(blocks, r, v):
@@ -87,7 +88,10 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
         if f < best_f:
             best_f, best_z = f, z.copy()
         mus = [np.clip(rho * vb, -b.w, b.w) for b, vb in zip(blocks, v)]
-        lower = max(lower, lower_bound(forest, k, blocks, mus, rows, best_f))
+        point = dual_point(forest, k, blocks, mus, rows, best_f)
+        lower = max(lower, point.bound)
+        if point.mu is not None and (best_dual is None or point.value > best_dual.value):
+            best_dual = point            # the multipliers returned: the best dual-feasible one
         gap = R.relative_gap(best_f, lower)
         row = {"iter": it, "objective": best_f, "lower bnd": lower, "rel gap": gap, "rho": rho,
                "time [s]": time.perf_counter() - t0}
@@ -102,7 +106,16 @@ def solve_l1(forest: Forest, k: int, blocks: Sequence[Block],
     return R.SolverResult(x=_aggregate(forest, best_z, k), status=status, objective=best_f,
                           lower_bound=lower, gap=R.relative_gap(best_f, lower), iterations=it,
                           primal_residual=0.0, solve_time=time.perf_counter() - t0,
-                          history=history, info={"rho": rho})
+                          history=history,
+                          info={"rho": rho, "dual_point": _certifying(best_dual, best_f, s.eps_rel)})
+
+
+def _certifying(point, objective: float, eps_rel: float) -> np.ndarray | None:
+    """The dual-feasible multiplier if its own bound certifies ``objective`` to ``eps_rel``
+    (the run's best bound may come from a point that needed the box), else ``None``."""
+    if point is None or R.relative_gap(objective, point.value) > eps_rel:
+        return None
+    return point.mu
 
 
 def _default_rho(blocks, forest: Forest, k: int) -> float:

@@ -29,12 +29,20 @@ it is):
    ``y <= 0``;
 3. what is still negative (a row at ``w``, or a leaf cell without a row) is a *deficit*, lifted
    from below: bottom-up, a unit's deficit is the largest of its children's, and a unit with an
-   identity row raises it by as much of the deficit as ``w - mu`` allows, passing the rest up.
-   A raise at ``v`` costs ``y_v`` per unit and lifts ``p`` under ``v`` by as much, which
-4. step 2, repeated, takes back from the leaves' rows (about ``y_v`` per unit, the counts
-   agreeing up the tree).
+   identity row raises it by as much of the deficit as ``w - mu`` allows; then each of its
+   *sums* (rows ``q >= 0`` of two or more entries: totals, group sums) with room is raised by
+   the largest ``deficit_j / q_j`` among the cells it covers (lifting all of them); the rest
+   passes up.  A raise at ``v`` costs ``y_v`` per unit and lifts ``p`` under ``v``, which
+4. step 2, repeated, takes back from the leaves' rows (about ``y_v`` per unit for an identity
+   row, the counts agreeing up the tree);
+5. if some ``p`` is still negative, ``mu`` is mixed with ``mu0`` (every chosen identity row at
+   ``w``, the other rows at 0; its ``p0`` is positive wherever a path has an identity row),
+   ``(1 - theta) mu + theta mu0`` with the least ``theta`` making every ``p >= 0``: dual
+   feasible, so its bound and its multipliers (the constraints' duals,
+   :mod:`cvxdp.solvers.histogram_tree`) certify.
 
-Only what no unit on the path can lift meets the box.  Measured on the national benchmark's
+Only where no feasible point is found does the box come in (the better of the two bounds is
+kept).  Measured on the national benchmark's
 tree (88,152 units x 64 cells, Laplace rows at every unit, ``benchmarks/national.py``): the
 certified gap is 7.7e-5 after 130 ADMM iterations (114 s) and 5.6e-6 after 220; with step 2
 alone the bound was still below zero after 140 iterations and the gap above 2e-2 after 290.
@@ -43,12 +51,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from .tree import Forest
 
-__all__ = ["IdentityRows", "lower_bound"]
+__all__ = ["IdentityRows", "DualPoint", "dual_point", "lower_bound", "unit_terms", "leaf_sums"]
 
 
 class IdentityRows:
@@ -81,6 +90,18 @@ class IdentityRows:
                 self.a[nodes, j] = a
             offset += b.y.size
         self.size = offset
+        # the other rows with q >= 0 and two or more entries (totals, group sums): each lifts
+        # every cell it covers, step 3's second resource
+        self.sums = []
+        offset = 0
+        for b in blocks:
+            m = b.Q.shape[0]
+            pos = np.full(forest.n, -1, dtype=np.int64)
+            pos[b.nodes] = np.arange(b.nodes.size)
+            for qi, q in enumerate(b.Q):
+                if np.count_nonzero(q) > 1 and not np.any(q < 0):
+                    self.sums.append((offset + qi, m, pos, q, float(b.w[qi])))
+            offset += b.y.size
         self.leaves = forest.leaves
         self.depth = np.empty(forest.n, dtype=np.int64)
         for d in range(forest.n_levels):
@@ -91,31 +112,61 @@ class IdentityRows:
         inner[self.leaves] = False
         free = (self.index >= 0) & (self.y <= 0) & inner[:, None]
         self.free, self.free_mu = self.index[free], (self.w / self.a)[free]   # step 1's rows
+        # step 5's point: every chosen identity row at its upper end W, the other rows at 0
+        has_row = self.index >= 0
+        self.mu0 = np.zeros(self.size)
+        self.mu0[self.index[has_row]] = (self.w / self.a)[has_row]
+        self.p0 = leaf_sums(forest, np.where(has_row, self.w, 0.0), self.leaves)
 
 
-def lower_bound(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarray],
-                rows: IdentityRows, F: float) -> float:
-    """Bound (1) of the module docstring at ``mus`` (one ``(units, m)`` array per block, within
-    ``|mu| <= w``; not modified) moved by steps 1-4; ``F`` a feasible loss (for the box)."""
+@dataclass
+class DualPoint:
+    """The multipliers moved by steps 1-5 (flat, the blocks' rows in order): ``mu`` dual
+    feasible with its exact bound ``value`` (``None`` / ``-inf`` if none was found), and
+    ``bound``, the best bound (1) at hand: ``value`` or the box bound at the point before step
+    5, whichever is higher."""
+
+    mu: np.ndarray | None
+    value: float
+    bound: float
+
+
+def dual_point(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarray],
+               rows: IdentityRows, F: float) -> DualPoint:
+    """``mus`` (one ``(units, m)`` array per block, within ``|mu| <= w``; not modified) moved
+    by steps 1-5 of the module docstring, and bound (1) there; ``F`` a feasible loss (for the
+    box)."""
     mu = np.concatenate([np.asarray(m, dtype=float).ravel() for m in mus])
     if mu.size != rows.size:
         raise ValueError(f"lower_bound: {mu.size} multipliers for {rows.size} rows")
     mu[rows.free] = rows.free_mu
-    P = _path_sums(forest, k, blocks, mu)[rows.leaves]
+    P = leaf_sums(forest, unit_terms(forest, k, blocks, mu), rows.leaves)
     _best_leaf_rows(mu, P, rows)
     lift = _lift(forest, k, mu, P, rows)
     if lift is not None:
         P += lift
         _best_leaf_rows(mu, P, rows)
     y = np.concatenate([b.y.ravel() for b in blocks])
-    const = -float(mu @ y)
     neg = P < 0
     if not np.any(neg):
-        return const
+        value = -float(mu @ y)
+        return DualPoint(mu, value, value)
     U = _box(forest, k, blocks, F)[rows.leaves]
-    if np.any(neg & ~np.isfinite(U)):
-        return -math.inf
-    return const + float(np.sum(P[neg] * U[neg]))
+    boxed = -math.inf if np.any(neg & ~np.isfinite(U)) else \
+        -float(mu @ y) + float(np.sum(P[neg] * U[neg]))
+    # step 5: mixed with the strictly feasible point mu0 (p0 > 0 where it has a row on the path)
+    if np.all(rows.p0[neg] > 0):
+        theta = float(np.max(-P[neg] / (rows.p0[neg] - P[neg])))
+        mixed = (1.0 - theta) * mu + theta * rows.mu0
+        value = -float(mixed @ y)
+        return DualPoint(mixed, value, max(value, boxed))
+    return DualPoint(None, -math.inf, boxed)
+
+
+def lower_bound(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarray],
+                rows: IdentityRows, F: float) -> float:
+    """Bound (1) at ``mus`` moved by steps 1-5 (:func:`dual_point`)."""
+    return dual_point(forest, k, blocks, mus, rows, F).bound
 
 
 def _box(forest: Forest, k: int, blocks: Sequence, F: float) -> np.ndarray:
@@ -137,16 +188,24 @@ def _box(forest: Forest, k: int, blocks: Sequence, F: float) -> np.ndarray:
     return U
 
 
-def _path_sums(forest: Forest, k: int, blocks: Sequence, mu: np.ndarray) -> np.ndarray:
-    """``sum of Q_v^T mu_v`` over every unit and its ancestors, ``(n, k)``."""
+def unit_terms(forest: Forest, k: int, blocks: Sequence, mu: np.ndarray) -> np.ndarray:
+    """``Q_v^T mu_v`` summed per unit, ``(n, k)`` (``mu`` flat, the blocks' rows in order):
+    the loss's subgradient at each unit when ``mu`` is one of the loss."""
     c = np.zeros((forest.n, k))
     offset = 0
     for b in blocks:
         size = b.y.size
         b.scatter_add(c, mu[offset:offset + size].reshape(b.y.shape) @ b.Q)
         offset += size
-    _push_down(forest, c)
     return c
+
+
+def leaf_sums(forest: Forest, c: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """``p``: the unit terms ``c`` summed over each leaf and its ancestors (``c`` not
+    modified), at ``leaves``."""
+    c = c.copy()
+    _push_down(forest, c)
+    return c[leaves]
 
 
 def _push_down(forest: Forest, c: np.ndarray) -> None:
@@ -171,7 +230,8 @@ def _best_leaf_rows(mu: np.ndarray, P: np.ndarray, rows: IdentityRows) -> None:
 def _lift(forest: Forest, k: int, mu: np.ndarray, P: np.ndarray,
           rows: IdentityRows) -> np.ndarray | None:
     """Step 3 (in place on ``mu``): the leaves' deficits lifted bottom-up by the identity rows
-    with room; returns what that adds to the leaves' path sums (``None``: nothing raised)."""
+    with room, then by the sums; returns what that adds to the leaves' path sums (``None``:
+    nothing raised)."""
     li, cell = np.nonzero(P < 0)
     if li.size == 0:
         return None
@@ -192,6 +252,20 @@ def _lift(forest: Forest, k: int, mu: np.ndarray, P: np.ndarray,
             mu[idx] += step / a
             raised[node[here], cell[here]] += step
             deficit[here] -= step
+        for first, m, pos, q, w in rows.sums:
+            here = np.flatnonzero((rows.depth[node] == d) & (deficit > 0) & (pos[node] >= 0)
+                                  & (q[cell] > 0))
+            if here.size == 0:
+                continue
+            # one raise per unit: enough for its largest need among the cells the row covers
+            units, inv = np.unique(node[here], return_inverse=True)
+            need = np.zeros(units.size)
+            np.maximum.at(need, inv, deficit[here] / q[cell[here]])
+            idx = first + pos[units] * m
+            step = np.clip(w - mu[idx], 0.0, need)
+            mu[idx] += step
+            raised[units] += step[:, None] * q
+            deficit[here] -= step[inv] * q[cell[here]]
         up = (rows.depth[node] == d) & (deficit > 0) & (forest.parent[node] >= 0)
         keep = (rows.depth[node] != d) | up
         node = np.where(up, forest.parent[node], node)[keep]
