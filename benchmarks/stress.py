@@ -156,7 +156,8 @@ def admm_histogram(rng):
     """A histogram of ``k`` cells at every unit of a random geography
     (``cvxdp.HierarchicalHistogram``): identity rows on a random subset of units (the leaves
     may have none: then only their ancestors and an aggregate row pin them), an aggregate row
-    on another subset, one loss for both, ``X >= 0`` mostly."""
+    on another subset, one loss for both, ``X >= 0`` mostly, and sometimes invariants (exact
+    totals of a few units' cells or of a group of them)."""
     n = int(rng.integers(3, 30))
     parent = np.r_[-1, [int(rng.integers(0, v)) for v in range(1, n)]]
     geo = cvxdp.workloads.geography(parent)
@@ -175,6 +176,11 @@ def admm_histogram(rng):
     loss = _loss(kind, X[rows] - truth[rows] - rng.laplace(0, b1, (rows.size, k)), 1 / b1) \
         + _loss(kind, X[agg] @ Q.T - truth[agg] @ Q.T - rng.laplace(0, b2, (agg.size, Q.shape[0])), 1 / b2)
     cons = [cvxdp.HierarchicalHistogram(geo, X)] + ([X >= 0] if rng.random() < 0.8 else [])
+    if rng.random() < 0.3:          # invariants: some units' totals (or a group of cells) exact
+        units = rng.choice(geo.n_nodes, size=int(rng.integers(1, 4)), replace=False)
+        cells = np.flatnonzero(rng.random(k) < 0.7) if rng.random() < 0.5 else np.arange(k)
+        cells = cells if cells.size else np.arange(k)
+        cons.append(cp.sum(X[units][:, cells], axis=1) == truth[units][:, cells].sum(axis=1))
     return cp.Problem(cp.Minimize(loss), cons)
 
 

@@ -30,7 +30,8 @@ def forest_of(consistency) -> Forest:
     if isinstance(forest, Forest):
         return forest
     if sp.issparse(consistency):
-        return Forest(_parents_from_matrix(sp.csr_matrix(consistency)))
+        # a copy: its duplicates are summed in place, and the caller's matrix is not ours to change
+        return Forest(_parents_from_matrix(sp.csr_matrix(consistency, copy=True)))
     arr = np.asarray(consistency)
     if arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer):
         return Forest(arr)

@@ -245,7 +245,7 @@ def _lin_constraint(lin: Linearizer, expr, con):
 
 def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo, edges_hi):
     """Rows ``G x + g <= 0``: single entries are bounds, ``a (x_i - x_j) <= 0`` order edges."""
-    G = sp.csr_matrix(G)
+    G = sp.csr_matrix(G, copy=True)    # the linearizer's matrix may be shared
     G.eliminate_zeros()
     nnz = np.diff(G.indptr)
     rows = np.arange(G.shape[0])

@@ -101,7 +101,8 @@ def _recognise(problem: cp.Problem, cls: type, name: str, expected: str) -> Marg
         except (KeyError, ValueError) as exc:
             raise NotRecognised(name, expected, f"a loss of an expression it cannot read ({exc})")
         M = sp.csr_matrix(M)                   # columns in C order per clique (O(nnz), no slicing)
-        M = sp.csr_matrix((M.data, inv[M.indices], M.indptr), shape=M.shape)
+        # new arrays: sort_indices permutes them in place, and the linearizer's are not ours
+        M = sp.csr_matrix((M.data.copy(), inv[M.indices], M.indptr.copy()), shape=M.shape)
         M.sort_indices()
         w = np.broadcast_to(np.asarray(t.weight, dtype=float), (M.shape[0],))
         b = -c

@@ -493,7 +493,7 @@ def forest_from_rows(A: sp.spmatrix, b: np.ndarray | None = None):
     of that form, a node is the child of two rows or the parent of two, or the
     rows form a cycle.
     """
-    A = sp.csr_matrix(A)
+    A = sp.csr_matrix(A, copy=True)    # cleaned in place below: never the caller's arrays
     A.sum_duplicates()
     A.eliminate_zeros()
     p, n = A.shape
@@ -637,7 +637,7 @@ def forest_from_queries(M: sp.spmatrix) -> TreeQueries | None:
     """Recognise ``M`` as a :class:`TreeQueries` (``None`` if it is not one: a row with
     unequal entries, sets that overlap without nesting, or no row with two or more
     columns).  A set repeated in several rows becomes a chain of single-child nodes."""
-    M = sp.csr_matrix(M)
+    M = sp.csr_matrix(M, copy=True)    # cleaned in place below: never the caller's arrays
     M.sum_duplicates()
     M.eliminate_zeros()
     m, n = M.shape
