@@ -142,3 +142,21 @@ def test_separable_loss_is_cached_and_detects_shared_columns():
     assert isinstance(f, SeparableLoss) and f is data.separable_loss()
     np.testing.assert_allclose(f.y, [0.5, 0.5, 0.0, 0.5])
     np.testing.assert_allclose(f.w1, [2.0, 2.0, 0.0, 2.0])
+
+
+def test_polish_general_signs_the_multipliers_of_rows_between_fixed_coordinates():
+    """``x1 = x2 = x3`` (two equality rows reading only coordinates at their bound 0): the
+    least squares leaves those rows' multipliers at zero, so ``x2``'s bound multiplier came out
+    -3 (its measurement pulls it up) and the bound was ``-inf`` though the point is optimal
+    (the chain as a whole has reduced cost 10 - 3 > 0).  A small LP gives them their signs."""
+    M = sp.csr_matrix(np.array([[1.0, 0, 0, 0], [1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0]]))
+    A = sp.csr_matrix(np.array([[0, 1.0, -1.0, 0], [0, 0, 1.0, -1.0]]))
+    data = ConsistencyData(n=4, M=M, y=np.array([5.0, 6.0, -10.0, 3.0]), w1=np.zeros(4), w2=np.ones(4),
+                           lower=np.zeros(4), upper=np.full(4, np.inf), A=A, b=np.zeros(2))
+    x = np.array([5.5, 0.0, 0.0, 0.0])
+    pol = polish_general(GeneralPoint(data, x=x, r=M @ x - data.y, x_bounds=x, rho=1.0, eps_abs=1e-9))
+    assert pol.ok and pol.certified_gap <= 1e-12, (pol.reason, pol.lower_bound)
+    assert pol.objective == pytest.approx(0.25 + 50.0 + 4.5)
+    assert np.all(pol.duals["lower"] >= 0)
+    chk = kkt_check(data, pol.x, pol.duals, pol.w, 1e-9, 1e-8)
+    assert chk["ok"], chk

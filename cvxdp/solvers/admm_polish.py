@@ -476,6 +476,8 @@ def _certify_general(p: GeneralPoint, x: np.ndarray, act: _ActiveSet, rounds: in
     yA = zsol[nz:] if A is not None else np.zeros(0)
     g = M.T @ u + (A.T @ yA if A is not None else 0.0)       # = s_lo - s_up
     gtol = _GRADIENT_ZERO_RTOL * max(1.0, float(np.max(np.abs(u), initial=0.0)))
+    if A is not None:
+        yA, g = _settle_fixed_rows(A, F, act, yA, g, gtol)
     g = np.where(np.abs(g) <= gtol, 0.0, g)
     duals = {"lower": np.where(act.at_lo, np.maximum(g, 0.0), 0.0),
              "upper": np.where(act.at_hi, np.maximum(-g, 0.0), 0.0)}
@@ -483,6 +485,35 @@ def _certify_general(p: GeneralPoint, x: np.ndarray, act: _ActiveSet, rounds: in
         duals["eq"] = yA
     return PolishResult(x=x, objective=obj, duals=duals, lower_bound=_general_dual_value(d, u, yA, g),
                         reason="ok", rounds=rounds, w=u)
+
+
+def _settle_fixed_rows(A: sp.spmatrix, F: np.ndarray, act: _ActiveSet, yA: np.ndarray,
+                       g: np.ndarray, gtol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The multipliers of the equality rows that read fixed coordinates only (a chain of
+    single children all at zero, say) are left at zero by the least squares, whose unknowns
+    are the free coordinates' equations; the bound multipliers ``g`` may then have the wrong
+    sign there although the point is optimal.  Here they are chosen so that ``g >= 0`` at
+    lower bounds and ``g <= 0`` at upper ones (a feasibility LP over those rows; their
+    ``b`` term in the dual value is ``y^T (A x_S - b) = 0`` at the fixed point).  Unchanged
+    when nothing is violated, no such row exists, or the LP has no solution."""
+    lo, hi = act.at_lo & ~act.at_hi, act.at_hi & ~act.at_lo     # l = u: any sign
+    if not np.any((lo & (g < -gtol)) | (hi & (g > gtol))):
+        return yA, g
+    A = sp.csr_matrix(A)
+    rows = np.flatnonzero(np.diff(A[:, F].tocsr().indptr) == 0)
+    if rows.size == 0:
+        return yA, g
+    from scipy.optimize import linprog
+
+    AT = A[rows].T.tocsr()
+    A_ub = sp.vstack([-AT[lo], AT[hi]]).tocsr()
+    b_ub = np.r_[g[lo], -g[hi]]
+    sol = linprog(np.zeros(rows.size), A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs")
+    if sol.status != 0:
+        return yA, g
+    yA = yA.copy()
+    yA[rows] += sol.x
+    return yA, g + AT @ sol.x
 
 
 def _general_dual_value(d, u, yA, g) -> float:
