@@ -160,3 +160,23 @@ def test_polish_general_signs_the_multipliers_of_rows_between_fixed_coordinates(
     assert np.all(pol.duals["lower"] >= 0)
     chk = kkt_check(data, pol.x, pol.duals, pol.w, 1e-9, 1e-8)
     assert chk["ok"], chk
+
+
+def test_a_dual_point_off_a_forest_is_repaired_by_an_lp():
+    """``min |x0 - 4| + |x1 - 3| + |x2 - 1|`` s.t. ``sum x = 10``, ``x0 = x2``, ``x >= 0``
+    (optimum 3; ``x3`` unmeasured).  The multiplier ``A^T [-1e-3, 0.5]`` has ``lam_3 < 0``,
+    outside ``x3``'s domain ``lam_3 >= 0``: no scaling ``theta lam`` mends a sign, so the bound
+    was the trivial 0.  The nearest points of ``range(A^T)`` in the domain (1-norm) are
+    ``A^T [0, b]`` for ``b`` in ``[0.499, 0.501]``, with bounds ``3 b`` near 1.5."""
+    from cvxdp.solvers.affine import AffineProjector
+    from cvxdp.solvers.losses import SeparableLoss
+
+    A = sp.csr_matrix(np.array([[1.0, 1, 1, 1], [1, 0, -1, 0]]))
+    proj = AffineProjector(A, np.array([10.0, 0.0]))
+    f = SeparableLoss(np.array([4.0, 3.0, 1.0, 0.0]), np.array([1.0, 1.0, 1.0, 0.0]), np.zeros(4),
+                      np.zeros(4), np.full(4, np.inf))
+    lam = A.T @ np.array([-1e-3, 0.5])
+    val, repaired = separable_dual_value(f, proj, None, lam, 0.0)
+    assert 1.497 - 1e-9 <= val <= 1.503 + 1e-9 and val <= 3.0
+    assert repaired[1] == pytest.approx(0.0, abs=1e-9) and repaired[3] >= 0
+    np.testing.assert_allclose(proj.project_nullspace(repaired), 0.0, atol=1e-12)

@@ -19,17 +19,29 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._linalg import dot as _dot
-from .affine import ForestProjector
+from .affine import AffineProjector, ForestProjector
 from .isotonic import Chains, chain_dual
 from .losses import SeparableLoss
 
-__all__ = ["forest_dual", "subdifferential_box", "separable_dual_value", "separable_multipliers",
+__all__ = ["forest_dual", "affine_dual", "subdifferential_box", "separable_dual_value", "separable_multipliers",
            "exact_separable_multipliers"]
 
 # Intervals of the forest dual may conflict by this much (relative to their span).
 _INTERVAL_SLACK = 1e-9
+
+# Up to this many coordinates a general affine set's dual point is repaired by an LP, when
+# scaling would keep less than this share of it (a sign no scaling mends gives theta = 0;
+# near convergence theta is close to 1 and the LP, about ten times an ADMM step on a 4,096-cell
+# table, would not pay)
+_LP_REPAIR_MAX_N = 5000
+_LP_REPAIR_BELOW = 0.5
+
+# HiGHS's feasibility tolerances for that LP (its default 1e-7 would be the rounding of the
+# bound: the result is clipped into the domain, leaving range(A^T) by as much)
+_LP_TOLERANCES = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 # Below this scale factor the dual point is repaired coordinate-wise instead: scaling
 # by even 0.999 costs 1e-3 of the objective, ten times a 1e-4 target.
@@ -78,7 +90,7 @@ def separable_dual_value(f: SeparableLoss, proj, chains: Chains | None, lam: np.
         support = 0.0
     theta = f.max_dual_scale(-lam)
     if theta < _REPAIR_BELOW:
-        repaired = _repair_coordinatewise(f, proj, chains, lam)
+        repaired = _repair_coordinatewise(f, proj, chains, lam, theta)
         if repaired is not None:
             val, lam_r = repaired
             return val + constant, lam_r
@@ -88,9 +100,10 @@ def separable_dual_value(f: SeparableLoss, proj, chains: Chains | None, lam: np.
     return -val - theta * support + constant, None
 
 
-def _repair_coordinatewise(f: SeparableLoss, proj, chains, lam):
+def _repair_coordinatewise(f: SeparableLoss, proj, chains, lam, theta: float):
     """``(D(lam') - constant, lam')`` with ``-lam'`` in ``dom f*`` found on chains or a
-    forest, or ``None``: scaling the whole vector would lose too much."""
+    forest (or, when scaling keeps less than ``_LP_REPAIR_BELOW`` of ``lam``, by an LP on a
+    small general affine set), or ``None``: scaling the whole vector would lose too much."""
     lo, hi = f.dual_domain()
     if chains is not None and proj is None:
         lam_c = chain_dual(chains, lo, hi, lam)
@@ -104,7 +117,39 @@ def _repair_coordinatewise(f: SeparableLoss, proj, chains, lam):
             val = f.conjugate_sum(-lam_f)
             if math.isfinite(val):
                 return -val - float(_dot(lam_f, proj.particular)), lam_f
+    elif isinstance(proj, AffineProjector) and chains is None and proj.n <= _LP_REPAIR_MAX_N \
+            and theta < _LP_REPAIR_BELOW:
+        lam_a = affine_dual(proj, lo, hi, lam)
+        if lam_a is not None:
+            val = f.conjugate_sum(-lam_a)
+            if math.isfinite(val):
+                return -val - float(_dot(lam_a, proj.particular)), lam_a
     return None
+
+
+def affine_dual(proj: AffineProjector, L: np.ndarray, U: np.ndarray, lam_ref: np.ndarray):
+    """``lam = A^T y`` in ``[L, U]`` nearest ``lam_ref`` in the 1-norm (an LP in ``y`` and the
+    deviations ``t``: ``min 1^T t`` s.t. ``|A^T y - lam_ref| <= t``, ``L <= A^T y <= U``); the
+    general-``A`` counterpart of :func:`forest_dual`, for small ``n``.  ``None`` if none."""
+    from scipy.optimize import linprog
+
+    AT = proj.AT
+    n, p = AT.shape
+    eye = sp.identity(n, format="csr")
+    rows = [sp.hstack([AT, -eye]), sp.hstack([-AT, -eye])]
+    rhs = [lam_ref, -lam_ref]
+    up, dn = np.isfinite(U), np.isfinite(L)
+    if up.any():
+        rows.append(sp.hstack([AT[up], sp.csr_matrix((int(up.sum()), n))]))
+        rhs.append(U[up])
+    if dn.any():
+        rows.append(sp.hstack([-AT[dn], sp.csr_matrix((int(dn.sum()), n))]))
+        rhs.append(-L[dn])
+    sol = linprog(np.r_[np.zeros(p), np.ones(n)], A_ub=sp.vstack(rows).tocsr(), b_ub=np.concatenate(rhs),
+                  bounds=[(None, None)] * p + [(0, None)] * n, method="highs", options=_LP_TOLERANCES)
+    if sol.status != 0:
+        return None
+    return np.clip(AT @ sol.x[:p], L, U)       # rounding of the LP's feasibility tolerance
 
 
 def separable_multipliers(f: SeparableLoss, proj, chains: Chains | None, x: np.ndarray,

@@ -508,7 +508,8 @@ def _settle_fixed_rows(A: sp.spmatrix, F: np.ndarray, act: _ActiveSet, yA: np.nd
     AT = A[rows].T.tocsr()
     A_ub = sp.vstack([-AT[lo], AT[hi]]).tocsr()
     b_ub = np.r_[g[lo], -g[hi]]
-    sol = linprog(np.zeros(rows.size), A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs")
+    sol = linprog(np.zeros(rows.size), A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs",
+                  options={"primal_feasibility_tolerance": 1e-10})
     if sol.status != 0:
         return yA, g
     yA = yA.copy()
