@@ -69,54 +69,59 @@ class IdentityRows:
     per problem; :func:`lower_bound` moves the multipliers at these."""
 
     def __init__(self, blocks: Sequence, forest: Forest, k: int) -> None:
-        shape = (forest.n, k)
-        self.index = np.full(shape, -1, dtype=np.int64)
-        self.w = np.zeros(shape)
-        self.y = np.full(shape, np.inf)
-        self.a = np.ones(shape)
-        offset = 0
-        for b in blocks:
-            m = b.Q.shape[0]
-            for qi, q in enumerate(b.Q):
-                nz = np.flatnonzero(q)
-                if nz.size != 1:
-                    continue
-                j, a = int(nz[0]), float(q[nz[0]])
-                rows = np.flatnonzero(b.w[qi] * abs(a) > self.w[b.nodes, j])
-                nodes = b.nodes[rows]
-                self.index[nodes, j] = offset + rows * m + qi
-                self.w[nodes, j] = b.w[qi] * abs(a)
-                self.y[nodes, j] = b.y[rows, qi] / a
-                self.a[nodes, j] = a
-            offset += b.y.size
-        self.size = offset
-        # the other rows with q >= 0 and two or more entries (totals, group sums): each lifts
-        # every cell it covers, step 3's second resource
-        self.sums = []
-        offset = 0
-        for b in blocks:
-            m = b.Q.shape[0]
-            pos = np.full(forest.n, -1, dtype=np.int64)
-            pos[b.nodes] = np.arange(b.nodes.size)
-            for qi, q in enumerate(b.Q):
-                if np.count_nonzero(q) > 1 and not np.any(q < 0):
-                    self.sums.append((offset + qi, m, pos, q, float(b.w[qi])))
-            offset += b.y.size
+        self.index, self.w, self.y, self.a = _identity_rows(blocks, forest.n, k)
+        self.size = int(sum(b.y.size for b in blocks))
+        self.sums = _sum_rows(blocks, forest.n)
         self.leaves = forest.leaves
         self.depth = np.empty(forest.n, dtype=np.int64)
         for d in range(forest.n_levels):
             self.depth[forest.order[forest.level_bounds[d]:forest.level_bounds[d + 1]]] = d
-        has = self.index[self.leaves] >= 0
-        self.leaf_cells = np.nonzero(has)                     # (leaf position, cell)
+        has_row = self.index >= 0
+        self.leaf_cells = np.nonzero(has_row[self.leaves])          # (leaf position, cell)
         inner = np.ones(forest.n, dtype=bool)
         inner[self.leaves] = False
-        free = (self.index >= 0) & (self.y <= 0) & inner[:, None]
+        free = has_row & (self.y <= 0) & inner[:, None]
         self.free, self.free_mu = self.index[free], (self.w / self.a)[free]   # step 1's rows
         # step 5's point: every chosen identity row at its upper end W, the other rows at 0
-        has_row = self.index >= 0
         self.mu0 = np.zeros(self.size)
         self.mu0[self.index[has_row]] = (self.w / self.a)[has_row]
         self.p0 = leaf_sums(forest, np.where(has_row, self.w, 0.0), self.leaves)
+
+
+def _identity_rows(blocks: Sequence, n: int, k: int):
+    """``(index, W, Y, a)`` of :class:`IdentityRows`, ``(n, k)`` each."""
+    index = np.full((n, k), -1, dtype=np.int64)
+    W, Y, A = np.zeros((n, k)), np.full((n, k), np.inf), np.ones((n, k))
+    offset = 0
+    for b in blocks:
+        m = b.Q.shape[0]
+        for qi, q in enumerate(b.Q):
+            nz = np.flatnonzero(q)
+            if nz.size != 1:
+                continue
+            j, a = int(nz[0]), float(q[nz[0]])
+            rows = np.flatnonzero(b.w[qi] * abs(a) > W[b.nodes, j])
+            nodes = b.nodes[rows]
+            index[nodes, j] = offset + rows * m + qi
+            W[nodes, j], Y[nodes, j], A[nodes, j] = b.w[qi] * abs(a), b.y[rows, qi] / a, a
+        offset += b.y.size
+    return index, W, Y, A
+
+
+def _sum_rows(blocks: Sequence, n: int) -> list:
+    """The rows with ``q >= 0`` and two or more entries (totals, group sums), step 3's second
+    resource: ``(position of the block's first row + the row, rows per unit, unit -> row of
+    the block, q, w)`` each."""
+    out, offset = [], 0
+    for b in blocks:
+        m = b.Q.shape[0]
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[b.nodes] = np.arange(b.nodes.size)
+        for qi, q in enumerate(b.Q):
+            if np.count_nonzero(q) > 1 and not np.any(q < 0):
+                out.append((offset + qi, m, pos, q, float(b.w[qi])))
+        offset += b.y.size
+    return out
 
 
 @dataclass
