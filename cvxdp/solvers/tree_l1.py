@@ -1,13 +1,13 @@
 """Non-negative L1 (Laplace maximum likelihood) over a tree of histograms: ADMM, certified gap.
 
 Problem (:mod:`cvxdp.solvers.tree_gls` for the model; Laplace noise of scale ``b`` gives the
-weights ``w = 1 / b``):
+weights ``w = 1 / b``)::
 
     minimize  F(x) = sum_blocks sum_v  sum_i w_i |(Q x_v - y_v)_i|
     subject to x consistent,  x_leaf >= 0.
 
 Splitting (Boyd et al. 2011, section 6.4; the tree solve handles consistency exactly):
-``r = Q x`` per block row, ``z = x_leaf``:
+``r = Q x`` per block row, ``z = x_leaf``::
 
     x <- argmin_{x consistent} rho/2 ||Q x - (r - v)||^2 + rho/2 ||x_leaf - (z - u)||^2
          (one TreeGLS solve; its matrices do not change over the run)

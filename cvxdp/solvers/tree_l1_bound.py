@@ -4,7 +4,7 @@ Problem: ``minimize F(x) = sum_rows w_i |(Q x_v - y_v)_i|`` over consistent ``x`
 ``x_leaf >= 0``.  Lagrange on the rows: for every ``mu`` with ``|mu_i| <= w_i``,
 ``F(x) >= mu^T (Q x - y)``, and summed over a consistent ``x`` the linear form is
 ``sum_leaves p_leaf^T x_leaf`` with ``p_leaf`` the sum of ``Q_v^T mu_v`` over the leaf and its
-ancestors.  So for ``0 <= x_leaf <= U`` (any box holding the optimal leaves)
+ancestors.  So for ``0 <= x_leaf <= U`` (any box holding the optimal leaves)::
 
     F* >= -mu^T y + sum_{leaf cells} min(0, p) U,                                     (1)
 
