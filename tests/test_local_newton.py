@@ -232,3 +232,23 @@ def test_sparse_optimum_matches_clarabel(free):
     assert np.mean(out.face == 0) > 0.2
     t = prob.variables()[0].value
     assert np.max(np.abs(out.x - t)) <= 1e-4 * max(1.0, np.abs(t).max())
+
+
+def test_cg_stops_when_the_preconditioned_residual_vanishes():
+    """The stress kind ``local_mixed`` (instance 43 of seed 0) ended in ``ZeroDivisionError``
+    inside the face repair's conjugate gradients: ``r^T P(prec r)`` came out exactly 0 with
+    the direction not 0, and the next step divided by it.  Here ``project`` returns a vector
+    orthogonal to the residual once; the iteration must stop there, not divide by zero."""
+    from types import SimpleNamespace
+
+    from cvxdp.solvers.local_newton import _cg
+
+    calls = []
+
+    def project(v):
+        calls.append(1)
+        return np.array([v[1], -v[0]]) if len(calls) == 2 else v
+
+    x, steps = _cg(lambda v: np.array([1.0, 2.0]) * v, np.array([2.0, 1.0]), np.ones(2),
+                   SimpleNamespace(project=project), 0.0)
+    assert steps == 1 and np.all(np.isfinite(x))

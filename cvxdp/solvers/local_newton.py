@@ -325,6 +325,8 @@ def _cg(H, rhs: np.ndarray, prec: np.ndarray, d: _Dual, tol: float) -> tuple[np.
             return x, step
         s = d.project(prec * r)
         rs_new = float(r @ s)
+        if not rs_new > 0:                       # the residual left the range of P: done
+            return x, step
         p = s + (rs_new / rs) * p
         rs = rs_new
     return x, _CG_MAX
