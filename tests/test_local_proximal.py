@@ -145,3 +145,26 @@ def test_exact_root_of_piecewise_linear_clique_sums():
                  for tau in (t, bis)
                  for x in [c.argmin(c.A, c.C - g + local_tau.per_cell(p, tau), N)]]
         assert value[0] >= value[1] - 1e-9 * max(1.0, abs(value[1]))
+
+
+@pytest.mark.parametrize("N", [70.0, 69.9, 70.2])
+def test_root_next_to_a_plateau_of_elastic_net_sums(N):
+    """Elastic-net cells hold at their kink ``b`` over an interval of ``tau``, so the clique
+    sum has a plateau at ``sum b`` (70.097 here).  The safeguarded Newton counted those cells'
+    slope and stalled on the plateau short of a target just off it (stress kind
+    ``local_mixed``: the bound stayed below the optimum for 10,000 iterations); the root must
+    reach the target and the bound equal Clarabel's optimum."""
+    import cvxpy as cp
+
+    import cvxdp
+
+    dom = cvxdp.Domain({"a0": 2})
+    x = cp.Variable(2)
+    r = 0.52497272 * (x - np.array([0.15817694, 69.93914582]))
+    prob = cp.Problem(cp.Minimize(0.9 * cp.norm1(r) + 0.1 * cp.sum_squares(r)),
+                      [cvxdp.LocalPolytope({("a0",): x}, dom, total=N)])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-8, max_iters=300)
+    assert prob.status == cp.OPTIMAL
+    ours, bound = prob.value, prob.solver_stats.extra_stats["lower_bound"]
+    ref = prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    assert bound <= ref + 1e-9 and ours == pytest.approx(ref, rel=1e-7, abs=1e-9)

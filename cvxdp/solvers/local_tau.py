@@ -73,7 +73,10 @@ def tau_root(p, g: np.ndarray, target: float, upper: float) -> np.ndarray:
         done |= (hi - lo) <= TAU_TOL * np.maximum(np.abs(lo), np.abs(hi))
         if np.all(done):
             break
-        slope = np.add.reduceat(np.where((x > 0) & (x < upper), inv, 0.0), off)
+        # a cell held at its kink (an absolute row's b) does not move with tau: slope 0 there
+        # (counted, Newton stalled on a plateau of the sums short of the target)
+        moving = (x > 0) & (x < upper) & ~((c.w > 0) & (x == c.b))
+        slope = np.add.reduceat(np.where(moving, inv, 0.0), off)
         with np.errstate(divide="ignore", invalid="ignore"):
             newton = t - (sums - target) / slope
         inside = (slope > 0) & (newton > lo) & (newton < hi)
