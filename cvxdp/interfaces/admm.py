@@ -27,8 +27,8 @@ OPTIONS = OptionSet.build(NAME, max_iters=admm_solver.ADMMSettings.max_iters,
     Option("alpha", "number", admm_solver.ADMMSettings.alpha, "over-relaxation",
            low=0, high=2, low_open=True, high_open=True),
     Option("adaptive_rho", "bool", None,
-           "residual-balancing rho updates (default: on, except pure L1 on a tree and a "
-           "LocalPolytope with squared losses)",
+           "residual-balancing rho updates (default: on, except pure L1 on a tree and, on a "
+           "LocalPolytope, above 10,000 cells or with squared losses alone)",
            nullable=True),
     Option("polish", "bool", True, "active-set polish for an exact final solution"),
     Option("dual_newton", "bool", True,
