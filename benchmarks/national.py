@@ -127,13 +127,7 @@ def reference(geo, truth, blocks, Qg, root: int, eps: float, emit, repeats: int 
     parent = np.array([-1] + [local[int(geo.parent[u])] for u in units[1:]])
     sub = cvxdp.workloads.geography(parent)
     X = cp.Variable((units.size, K))
-    loss = 0
-    for b in blocks:
-        pos = np.flatnonzero(np.isin(b.nodes, units))
-        if pos.size == 0:
-            continue
-        rows = np.array([local[int(u)] for u in b.nodes[pos]])
-        loss = loss + cp.sum_squares(X[rows] @ b.Q.T - b.y[pos]) * (b.w[0] / 2)
+    loss = sum(cp.sum_squares(r) * (b.w[0] / 2) for b, r in subtree_residuals(X, blocks, units, local))
     for nonneg in (False, True):
         cons = [cvxdp.HierarchicalHistogram(sub, X)] + ([X >= 0] if nonneg else [])
         t_ours, f_ours, _ = best_of(repeats, loss, cons, dict(method="cvxdp", solver=cvxdp.ADMM, eps_rel=eps))
@@ -148,16 +142,21 @@ def reference(geo, truth, blocks, Qg, root: int, eps: float, emit, repeats: int 
     l1_reference(sub, units, local, blocks, root, eps, emit)
 
 
-def l1_reference(sub, units, local, blocks, root: int, eps: float, emit) -> None:
-    """The Laplace MLE on the same answers (weights 1/sigma) with ``X >= 0``: cvxdp.ADMM
-    (certified to ``eps``) against HiGHS's LP solver, one solve each."""
-    X = cp.Variable((units.size, K))
-    loss = 0
+def subtree_residuals(X, blocks, units, local):
+    """``(block, X[rows] @ Q.T - y)`` for each block's rows inside the subtree ``units``
+    (``local``: unit -> row of ``X``)."""
     for b in blocks:
         pos = np.flatnonzero(np.isin(b.nodes, units))
         if pos.size:
             rows = np.array([local[int(u)] for u in b.nodes[pos]])
-            loss = loss + cp.sum(cp.abs(X[rows] @ b.Q.T - b.y[pos])) * math.sqrt(b.w[0])
+            yield b, X[rows] @ b.Q.T - b.y[pos]
+
+
+def l1_reference(sub, units, local, blocks, root: int, eps: float, emit) -> None:
+    """The Laplace MLE on the same answers (weights 1/sigma) with ``X >= 0``: cvxdp.ADMM
+    (certified to ``eps``) against HiGHS's LP solver, one solve each."""
+    X = cp.Variable((units.size, K))
+    loss = sum(cp.sum(cp.abs(r)) * math.sqrt(b.w[0]) for b, r in subtree_residuals(X, blocks, units, local))
     cons = [cvxdp.HierarchicalHistogram(sub, X), X >= 0]
     prob = cp.Problem(cp.Minimize(loss), cons)
     t = time.perf_counter()

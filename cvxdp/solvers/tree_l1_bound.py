@@ -71,6 +71,7 @@ class IdentityRows:
     def __init__(self, blocks: Sequence, forest: Forest, k: int) -> None:
         self.index, self.w, self.y, self.a = _identity_rows(blocks, forest.n, k)
         self.size = int(sum(b.y.size for b in blocks))
+        self.answers = np.concatenate([b.y.ravel() for b in blocks])    # y, flat like mu
         self.sums = _sum_rows(blocks, forest.n)
         self.leaves = forest.leaves
         self.depth = np.empty(forest.n, dtype=np.int64)
@@ -151,7 +152,7 @@ def dual_point(forest: Forest, k: int, blocks: Sequence, mus: Sequence[np.ndarra
     if lift is not None:
         P += lift
         _best_leaf_rows(mu, P, rows)
-    y = np.concatenate([b.y.ravel() for b in blocks])
+    y = rows.answers
     neg = P < 0
     if not np.any(neg):
         value = -float(mu @ y)
