@@ -45,7 +45,7 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers import newton_cg as N
+from cvxdp.solvers.fitness import newton_cg as N
 
 W = cvxdp.workloads
 

@@ -2,7 +2,7 @@
 
 The instance of ``benchmarks/local_polytope.py`` named ``3way-gauss10`` (all 364 three-way
 marginals of Adult, 20.9 million cells, Gaussian noise sigma 10, known total), solved on arrays
-(``cvxdp.solvers.local_admm``, no cvxpy) for ``--iters`` ADMM iterations; then, from the saved
+(``cvxdp.solvers.local.admm``, no cvxpy) for ``--iters`` ADMM iterations; then, from the saved
 iterates, each way of turning them into a point of the local polytope is timed and its loss
 compared with the ADMM's dual lower bound:
 
@@ -39,12 +39,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from local_polytope import load_adult, make_instance  # noqa: E402
 
-from cvxdp.solvers import local_admm as LA  # noqa: E402
-from cvxdp.solvers import local_newton as LN  # noqa: E402
-from cvxdp.solvers.local_polish import polish  # noqa: E402
-from cvxdp.solvers.local_repair import MarginFitter, mix  # noqa: E402
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss  # noqa: E402
-from cvxdp.solvers.region_graph import RegionGraph  # noqa: E402
+from cvxdp.solvers.local import admm as LA  # noqa: E402
+from cvxdp.solvers.local import newton as LN  # noqa: E402
+from cvxdp.solvers.local.polish import polish  # noqa: E402
+from cvxdp.solvers.local.repair import MarginFitter, mix  # noqa: E402
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss  # noqa: E402
+from cvxdp.solvers.local.region_graph import RegionGraph  # noqa: E402
 
 
 def build(seed: int):
@@ -94,7 +94,7 @@ class _FixedDual(LN._Dual):
 
 def separator_newton(G, p, x: np.ndarray, N: float, steps: int, lb: float) -> None:
     """``steps`` damped semismooth Newton steps on the fixed-separator problem (the Newton of
-    :mod:`cvxdp.solvers.local_newton` without the consensus projection), printing the dual
+    :mod:`cvxdp.solvers.local.newton` without the consensus projection), printing the dual
     value, the residual and every third step the repaired point's gap to ``lb``."""
     t0 = time.perf_counter()
     d = _FixedDual(p, fixed_separators(G, x, N))
@@ -165,7 +165,7 @@ class _MaskedDual(LN._Dual):
 
 
 def masked_newton(G, p, x: np.ndarray, N: float, steps: int, tau: float, lb: float) -> None:
-    """``steps`` Newton steps of :mod:`cvxdp.solvers.local_newton` on the masked dual, then
+    """``steps`` Newton steps of :mod:`cvxdp.solvers.local.newton` on the masked dual, then
     the unmasked dual value at the final multiplier and the repaired minimisers' gaps."""
     t0 = time.perf_counter()
     mask = zero_fibre_mask(G, x, tau)

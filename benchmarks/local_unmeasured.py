@@ -5,7 +5,7 @@ pairs) left unmeasured -- in the polytope, with no loss term -- and the rest mea
 Gaussian noise sigma 10 or Laplace noise of scale 10, known total (the instances
 ``2way-gauss10`` and ``2way-laplace10`` of ``benchmarks/local_polytope.py``, same seed).
 Each unmeasured pair overlaps the others in two single attributes, so cvxdp eliminates it
-before the solve (:mod:`cvxdp.solvers.local_reduce`) and fills it in after; the rest is the
+before the solve (:mod:`cvxdp.solvers.local.reduce`) and fills it in after; the rest is the
 all-measured problem its dual Newton solves.
 
 Per instance and method, one line: wall time of ``prob.solve`` (cvxpy's compile included),

@@ -11,10 +11,10 @@ query pair), ``rho`` split equally over the four levels, ``sigma_level = sqrt(2 
 Printed in one run, as each finishes:
 
 * exact GLS of the whole tree with per-cell and per-query variances
-  (:mod:`cvxdp.solvers.tree_gls`): time, peak memory;
-* non-negative GLS to a certified ``--eps`` gap (:mod:`cvxdp.solvers.tree_nonneg`), again with the
+  (:mod:`cvxdp.solvers.tree.gls`): time, peak memory;
+* non-negative GLS to a certified ``--eps`` gap (:mod:`cvxdp.solvers.tree.nonneg`), again with the
   nation's and the states' totals invariant (the Census's invariants), and the
-  non-negative L1 estimate on the same answers (:mod:`cvxdp.solvers.tree_l1`);
+  non-negative L1 estimate on the same answers (:mod:`cvxdp.solvers.tree.l1`);
 * consistent integer rounding of the non-negative solution (``cvxdp.round_consistent``);
 * the Census-style top-down estimate (``cvxdp.topdown``, non-negative), in this process and on a
   Dask LocalCluster with 1 and 2 workers (per-level times, the same bits or not);
@@ -46,9 +46,9 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers.tree_gls import Block, Invariant, TreeGLS
-from cvxdp.solvers.tree_l1 import solve_l1
-from cvxdp.solvers.tree_nonneg import NonnegSettings, objective, solve_nonneg
+from cvxdp.solvers.tree.gls import Block, Invariant, TreeGLS
+from cvxdp.solvers.tree.l1 import solve_l1
+from cvxdp.solvers.tree.nonneg import NonnegSettings, objective, solve_nonneg
 
 K = 64
 GROUPS = 8

@@ -10,7 +10,12 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import analysis, fitness, histograms, mechanisms, synth, workloads
+from . import analysis
+from . import fitness
+from . import histograms
+from . import mechanisms
+from . import synth
+from . import workloads
 from .atoms import privacy_cost, query_variance
 from .constraints import HierarchicalHistogram, TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve

@@ -28,7 +28,8 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from . import mechanisms, privacy
+from . import mechanisms
+from . import privacy
 
 __all__ = ["Implicit", "all_ranges_gram", "prefix_gram", "implicit_all_ranges", "implicit_prefix",
            "noise_variance", "sensitivity", "expected_error", "direct_error", "query_errors",

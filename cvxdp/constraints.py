@@ -44,7 +44,7 @@ class HierarchicalHistogram(Equality):
     plain spelling ``geography.consistency @ X == 0`` is recognised the same way by
     ``cvxdp.ADMM``: with squared losses whose rows each read one unit's cells, exact
     invariants and ``X >= 0`` it runs the exact tree GLS or the tree ADMM
-    (:mod:`cvxdp.solvers.histogram_tree`).
+    (:mod:`cvxdp.solvers.consistency.histogram_tree`).
     """
 
     def __init__(self, geography, X, *args, constr_id=None) -> None:

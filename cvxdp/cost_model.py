@@ -178,7 +178,8 @@ def _family(method_name: str, ext) -> tuple[str, int]:
 
 
 def _admm_family(data) -> str:
-    from .solvers import admm_isotonic, histogram_tree
+    from .solvers.consistency import isotonic_l1 as admm_isotonic
+    from .solvers.consistency import histogram_tree
     l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
     loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
     if admm_isotonic.applies(data):

@@ -33,7 +33,7 @@ __all__ = ["choose_basis", "fitness_problem", "FitnessModel", "Mechanism", "mech
 
 def choose_basis(W) -> tuple[np.ndarray, np.ndarray]:
     """``W = L B`` with ``B`` linearly independent rows of ``W`` (pivoted QR) and ``L = W B^+``."""
-    from .solvers.newton_cg import choose_basis as _cb
+    from .solvers.fitness.newton_cg import choose_basis as _cb
 
     Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
     if Wd.ndim != 2 or not np.all(np.isfinite(Wd)):
@@ -178,7 +178,8 @@ def baseline_variances(W, squared_cost: float, method: str, c=None, *, branching
       by ``solver``), ``sigma^2 = 1 / cost``.  ``"wCA-I"`` / ``"wCA-II"`` weight query ``i`` by
       ``1 / c_i`` / ``1 / sqrt(c_i)`` in the total.
     """
-    from . import analysis, workloads
+    from . import analysis
+    from . import workloads
 
     Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
     m, n = Wd.shape

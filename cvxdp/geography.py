@@ -1,7 +1,7 @@
 """Geographies: any tree of named units (nation, states, counties, tracts, ...).
 
 :func:`geography` builds one from a parent array or a nested mapping of names; the result
-holds the tree (:class:`cvxdp.solvers.tree.Forest`), the names, the levels, and the sparse
+holds the tree (:class:`cvxdp.solvers.tree.forest.Forest`), the names, the levels, and the sparse
 parent-minus-children matrix that states consistency (``x_p = sum_{c child of p} x_c`` for a
 count per unit, row by row for a histogram per unit).  Unlike
 :func:`cvxdp.workloads.hierarchy`, the units need not form a complete ``k``-ary tree: a state
@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from .solvers.tree import Forest
+from .solvers.tree.forest import Forest
 
 __all__ = ["Geography", "geography"]
 

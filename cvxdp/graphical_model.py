@@ -7,7 +7,7 @@ polish produced the solution (a quadratic loss), it is instead the junction-tree
 ``prod_C mu_C / prod_S mu_S`` of the polished clique tables, which reproduces the estimated
 marginals exactly, empty cells included (no finite ``theta`` does).  It answers marginals on any
 attribute set, measured or not, factored queries (appendix B), and samples synthetic records
-in the attributes' original values.  The numerics live in :mod:`cvxdp.solvers.inference`.
+in the attributes' original values.  The numerics live in :mod:`cvxdp.solvers.marginal.inference`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .solvers.inference import GraphicalModel as _Model
-from .solvers.junction_tree import JunctionTree
+from .solvers.marginal.inference import GraphicalModel as _Model
+from .solvers.marginal.junction_tree import JunctionTree
 
 from .domain import Domain
 

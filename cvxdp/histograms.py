@@ -6,7 +6,7 @@ independent Gaussian noise of standard deviation ``scale`` (a number or one per 
 :func:`gls` returns the weighted least-squares estimate of every unit's histogram under
 consistency (every unit the sum of its children) and exact invariants, with the variance of
 every cell and of every measured query -- the two-pass algorithm of
-:mod:`cvxdp.solvers.tree_gls`, ``O(units k^2)`` after ``O(k^3)`` per distinct matrix.  The same
+:mod:`cvxdp.solvers.tree.gls`, ``O(units k^2)`` after ``O(k^3)`` per distinct matrix.  The same
 estimate is what ``cvxdp.ADMM`` returns for the cvxpy model with
 ``cvxdp.HierarchicalHistogram``; this function adds the variances.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .solvers.tree_gls import Block, Invariant, TreeGLS
+from .solvers.tree.gls import Block, Invariant, TreeGLS
 
 __all__ = ["HistogramMeasurement", "GLSResult", "gls"]
 

@@ -73,7 +73,7 @@ import numpy as np
 from .domain import Domain
 from .graphical_model import GraphicalModel
 from .local_polytope import LocalPolytope
-from .solvers.junction_tree import JunctionTree, ModelTooLarge
+from .solvers.marginal.junction_tree import JunctionTree, ModelTooLarge
 
 __all__ = ["fit_model", "ModelFit", "total_correlation", "bic_score", "METHODS", "SCORES"]
 

@@ -9,17 +9,17 @@ equal, so the optimum is ``MarginalPolytope``'s.  Unlike the marginal polytope i
 junction tree: "all two-way marginals" of 14 attributes is 91 small tables here, while its
 junction tree is the whole table.  The regions (attribute sets shared by two or more cliques,
 all subsets of their intersections) are those of
-:class:`cvxdp.solvers.region_graph.RegionGraph`.
+:class:`cvxdp.solvers.local.region_graph.RegionGraph`.
 
 Standard solvers get it as plain cvxpy constraints (:meth:`LocalPolytope.local_polytope`):
 one non-negative table per clique, the measured marginals equal to them (the first
 constraint, whose multiplier is this constraint's dual), their marginals on every region
 equal to the first clique's holding it, and the totals.  ``solver=cvxdp.ADMM`` (also the pick
 of ``solver=None``) solves it by ADMM with an exact projection onto the consistency set
-(:mod:`cvxdp.solvers.local_admm`), stopped by a certified duality gap.  A clique in no loss
+(:mod:`cvxdp.solvers.local.admm`), stopped by a certified duality gap.  A clique in no loss
 term whose overlaps with the others form an acyclic family (an unmeasured pair among two-way
 marginals) is eliminated before that solve and filled in after with the decomposable table of
-its overlaps' marginals (:mod:`cvxdp.solvers.local_reduce`): exact, as any consistent
+its overlaps' marginals (:mod:`cvxdp.solvers.local.reduce`): exact, as any consistent
 marginals on such a family extend to a non-negative table.
 
 After a solve, :meth:`LocalPolytope.marginal` answers any marginal over attributes inside one
@@ -36,7 +36,7 @@ import cvxpy as cp
 from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
-from .solvers.region_graph import RegionGraph
+from .solvers.local.region_graph import RegionGraph
 
 from .clique_marginals import CliqueMarginals
 from .domain import Domain

@@ -9,7 +9,7 @@ clique, equal on the separators of neighbouring cliques, summing to ``N``, and e
 marginal the sum of its home clique's marginal.  For a triangulated model this set *equals*
 the marginal polytope, so the canonicalisation is exact.  ``solver=cvxdp.MIRROR_DESCENT``
 instead solves over it by mirror descent with a belief-propagation oracle
-(:mod:`cvxdp.solvers.mirror_descent`) and leaves the graphical model on ``constraint.model``.
+(:mod:`cvxdp.solvers.marginal.mirror_descent`) and leaves the graphical model on ``constraint.model``.
 
 A marginal variable is either shaped like its clique (``(n_a, n_b, ...)``, entry ``[i, j, ...]``
 counts the records with ``a = i, b = j, ...``) or flat (``(n_a * n_b * ...,)``, C order).
@@ -25,7 +25,7 @@ import numpy as np
 import cvxpy as cp
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
-from .solvers.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge, marginalizer
+from .solvers.marginal.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge, marginalizer
 
 from .clique_marginals import CliqueMarginals, project
 from .domain import Domain

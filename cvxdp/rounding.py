@@ -6,7 +6,7 @@ children, cell by cell, and every invariant holds.  :func:`round_consistent` rou
 to its floor or ceiling so that this holds exactly, at the least (weighted) L1 distance to the
 real solution, without a MIP solver (the tree's constraint matrix is totally unimodular; the
 algorithm and what holds for two nested query families are in
-:mod:`cvxdp.solvers.rounding`).
+:mod:`cvxdp.solvers.tree.rounding`).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .solvers.rounding import round_consistent as _round
-from .solvers.tree import Forest
+from .solvers.tree.rounding import round_consistent as _round
+from .solvers.tree.forest import Forest
 
 __all__ = ["round_consistent", "forest_of"]
 

@@ -2,7 +2,7 @@
 
 The Census Bureau's TopDown estimates the nation first, then every state given the nation's
 estimate, every county given its state's, and so on: each parent's children problem is
-independent of the others' (:mod:`cvxdp.solvers.topdown`), so a level is a batch of
+independent of the others' (:mod:`cvxdp.solvers.tree.topdown`), so a level is a batch of
 independent solves -- what a distributed engine is for.  :func:`topdown` cuts each level into
 chunks of at most ``chunk_units`` children (memory per task about
 ``chunk_bytes(chunk_units, k)``: 16 arrays of ``units x k`` doubles; 80 MB for the default
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .histograms import HistogramMeasurement, checked_inputs
-from .solvers.topdown import Chunk, ChunkResult, chunk_bytes, solve_chunk
-from .solvers.tree_gls import Block
+from .solvers.tree.topdown import Chunk, ChunkResult, chunk_bytes, solve_chunk
+from .solvers.tree.gls import Block
 
 __all__ = ["topdown", "TopDownResult", "TopDownError"]
 
@@ -264,7 +264,7 @@ class _Runner:
 
 
 def _warm_up() -> bool:
-    import cvxdp.solvers.topdown  # noqa: F401
+    import cvxdp.solvers.tree.topdown  # noqa: F401
     return True
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
-from . import mechanisms, workloads
+from . import mechanisms
+from . import workloads
 from .constraints import consistent
 from .dispatch import ADMM
 from .losses import elastic_net, nll

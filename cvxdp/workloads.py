@@ -27,7 +27,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from .solvers.tree import Forest, TreeLSQ
+from .solvers.tree.forest import Forest, TreeLSQ
 from .geography import Geography, geography
 
 from .mechanisms import _as_rng
@@ -331,7 +331,7 @@ class Hierarchy:
 
     Consistency means ``x_p = sum_{c child of p} x_c`` for every internal ``p``.
     :meth:`project` is the least-squares projection onto it (Hay et al., Thm 3;
-    weighted form in :class:`cvxdp.solvers.tree.TreeLSQ`), linear in the number of nodes.
+    weighted form in :class:`cvxdp.solvers.tree.forest.TreeLSQ`), linear in the number of nodes.
 
     ``queries``, ``consistency``, ``forest`` are built on first use and cached.
     """
@@ -449,7 +449,7 @@ class Hierarchy:
 
     @cached_property
     def forest(self) -> Forest:
-        """The tree as a :class:`cvxdp.solvers.tree.Forest` (for the structured solvers)."""
+        """The tree as a :class:`cvxdp.solvers.tree.forest.Forest` (for the structured solvers)."""
         return Forest(np.array(self._parent))
 
     # ------------------------------------------------------------- operations
@@ -459,7 +459,7 @@ class Hierarchy:
             argmin_x  sum_v a_v (x_v - v_v)^2   s.t.  x_p = sum_{c child of p} x_c,
 
         ``a = weights`` (default ones; ``inf`` fixes a node, ``0`` ignores it).  Two
-        linear passes (Hay et al., VLDB 2010, Thm 3) via :class:`cvxdp.solvers.tree.TreeLSQ`;
+        linear passes (Hay et al., VLDB 2010, Thm 3) via :class:`cvxdp.solvers.tree.forest.TreeLSQ`;
         the unit-weight operator is cached.  Returns a new array.
         """
         x = np.asarray(v, dtype=float)

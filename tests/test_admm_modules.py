@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cvxdp.solvers import admm
-from cvxdp.solvers.admm import ADMMSettings, ConsistencyData, solve
-from cvxdp.solvers.admm_certify import separating_hyperplane
-from cvxdp.solvers.admm_duals import separable_dual_value
-from cvxdp.solvers.admm_kkt import kkt_check
-from cvxdp.solvers.admm_polish import (GeneralPoint, PolishResult, SeparablePoint, polish_general,
+from cvxdp.solvers.consistency import admm
+from cvxdp.solvers.consistency.admm import ADMMSettings, ConsistencyData, solve
+from cvxdp.solvers.consistency.certify import separating_hyperplane
+from cvxdp.solvers.consistency.duals import separable_dual_value
+from cvxdp.solvers.consistency.kkt import kkt_check
+from cvxdp.solvers.consistency.polish import (GeneralPoint, PolishResult, SeparablePoint, polish_general,
                                        polish_separable)
-from cvxdp.solvers.affine import AffineProjector, make_projector
-from cvxdp.solvers.losses import SeparableLoss
-from cvxdp.solvers.tree import Forest, distinct
+from cvxdp.solvers.consistency.affine import AffineProjector, make_projector
+from cvxdp.solvers.consistency.losses import SeparableLoss
+from cvxdp.solvers.tree.forest import Forest, distinct
 
 from test_tree import complete_parent, random_forest
 
@@ -168,8 +168,8 @@ def test_a_dual_point_off_a_forest_is_repaired_by_an_lp():
     outside ``x3``'s domain ``lam_3 >= 0``: no scaling ``theta lam`` mends a sign, so the bound
     was the trivial 0.  The nearest points of ``range(A^T)`` in the domain (1-norm) are
     ``A^T [0, b]`` for ``b`` in ``[0.499, 0.501]``, with bounds ``3 b`` near 1.5."""
-    from cvxdp.solvers.affine import AffineProjector
-    from cvxdp.solvers.losses import SeparableLoss
+    from cvxdp.solvers.consistency.affine import AffineProjector
+    from cvxdp.solvers.consistency.losses import SeparableLoss
 
     A = sp.csr_matrix(np.array([[1.0, 1, 1, 1], [1, 0, -1, 0]]))
     proj = AffineProjector(A, np.array([10.0, 0.0]))

@@ -1,7 +1,7 @@
 """A histogram at every unit of a geography, written in cvxpy and solved by ``cvxdp.ADMM``.
 
 ``cvxdp.HierarchicalHistogram(geo, X)`` and the plain ``geo.consistency @ X == 0`` are read
-as a tree of histograms (:mod:`cvxdp.solvers.histogram_tree`): the exact GLS, with exact
+as a tree of histograms (:mod:`cvxdp.solvers.consistency.histogram_tree`): the exact GLS, with exact
 invariants, and the non-negative ADMM, against Clarabel on the same model (objective,
 solution, the consistency constraint's duals); models outside the structure still solve by
 the general ADMM.
@@ -188,7 +188,7 @@ def test_constraint_refusals():
 
 @pytest.mark.parametrize("shape", [(1, 3), (7, 1), (500, 2), (400, 5), (300, 64)])
 def test_row_ids_group_exactly_the_equal_rows(shape):
-    from cvxdp.solvers.histogram_tree import _row_ids
+    from cvxdp.solvers.consistency.histogram_tree import _row_ids
     rng = np.random.default_rng(shape[0] + shape[1])
     base = rng.integers(0, 3, (max(shape[0] // 5, 1), shape[1])).astype(float) * 0.37
     T = base[rng.integers(0, base.shape[0], shape[0])]
@@ -214,8 +214,8 @@ def test_loss_terms_read_whole_match_the_row_grouping(seed):
     linear terms per unit as the row-by-row grouping; terms whose rows are not alike across
     units (per-unit weights, a unit selected twice) fall back to the grouping."""
     from cvxdp.recognise.l1_consistency import recognise
-    from cvxdp.solvers.histogram_tree import _row_groups
-    from cvxdp.solvers.tree_gls import Block
+    from cvxdp.solvers.consistency.histogram_tree import _row_groups
+    from cvxdp.solvers.tree.gls import Block
     geo, k, truth, Y, Q, Ym = instance(seed, k=4)
     rng = np.random.default_rng(seed)
     X = cp.Variable((geo.n_nodes, k))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cvxdp.solvers.junction_tree import JunctionTree
-from cvxdp.solvers import inference as inf
-from cvxdp.solvers.inference import GraphicalModel
+from cvxdp.solvers.marginal.junction_tree import JunctionTree
+from cvxdp.solvers.marginal import inference as inf
+from cvxdp.solvers.marginal.inference import GraphicalModel
 
 
 # ---------------------------------------------------------------------------- brute force

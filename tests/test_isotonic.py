@@ -3,7 +3,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from cvxdp.solvers.isotonic import Chains, pava
+from cvxdp.solvers.consistency.isotonic import Chains, pava
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -52,7 +52,7 @@ def _l1_reference(y, w, segs):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_l1_isotonic_matches_highs(seed):
-    from cvxdp.solvers.isotonic import l1_isotonic
+    from cvxdp.solvers.consistency.isotonic import l1_isotonic
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
     y = np.round(rng.normal(size=n) * 3 + np.arange(n) * rng.uniform(-0.5, 0.5), int(rng.integers(0, 3)))
@@ -68,7 +68,7 @@ def test_l1_isotonic_matches_highs(seed):
 
 
 def test_l1_isotonic_known_answers():
-    from cvxdp.solvers.isotonic import l1_isotonic
+    from cvxdp.solvers.consistency.isotonic import l1_isotonic
     np.testing.assert_array_equal(l1_isotonic(np.array([3.0, 1.0, 2.0]), np.ones(3)), [2.0, 2.0, 2.0])
     np.testing.assert_array_equal(l1_isotonic(np.array([1.0, 2.0, 3.0]), np.ones(3)), [1.0, 2.0, 3.0])
     # a heavy point pulls its block to its value
@@ -78,7 +78,7 @@ def test_l1_isotonic_known_answers():
 
 @pytest.mark.parametrize("seed", range(200))
 def test_vectorised_chain_dual_is_feasible_when_the_sequential_one_is(seed):
-    from cvxdp.solvers.isotonic import Chains, chain_dual, chain_dual_lowest
+    from cvxdp.solvers.consistency.isotonic import Chains, chain_dual, chain_dual_lowest
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 12))
     L = rng.normal(size=n)

@@ -1,4 +1,4 @@
-"""The dual semismooth Newton method on the local polytope (``cvxdp.solvers.local_newton``).
+"""The dual semismooth Newton method on the local polytope (``cvxdp.solvers.local.newton``).
 
 It runs first when a ``LocalPolytope`` problem's squared loss measures every cell; each
 instance is checked against Clarabel by ``test_local_polytope.check`` (objective, lower bound,
@@ -17,10 +17,10 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers import local_newton
-from cvxdp.solvers.local_admm import LocalProblem
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.region_graph import RegionGraph
+from cvxdp.solvers.local import newton as local_newton
+from cvxdp.solvers.local.admm import LocalProblem
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.local.region_graph import RegionGraph
 
 from test_local_polytope import check, make
 
@@ -131,7 +131,7 @@ def test_dual_value_is_a_lower_bound_at_any_multiplier(free):
     terms = [LossTerm("l2", slice(int(a), int(b)), y[a:b], w[a:b]) for a, b in zip(G.offsets[:-1], G.offsets[1:])]
     p = LocalProblem(G, MarginalLoss(terms, G.n), None if free else 40.0)
     d = local_newton._Dual(p)
-    from cvxdp.solvers.local_repair import mix
+    from cvxdp.solvers.local.repair import mix
     feasible = p.loss.value(mix(G, G.project(np.abs(y), p.total), p.total))
     for _ in range(20):
         z = d.project(rng.normal(0, 3.0, d.n_dual))
@@ -241,7 +241,7 @@ def test_cg_stops_when_the_preconditioned_residual_vanishes():
     orthogonal to the residual once; the iteration must stop there, not divide by zero."""
     from types import SimpleNamespace
 
-    from cvxdp.solvers.local_newton import _cg
+    from cvxdp.solvers.local.newton import _cg
 
     calls = []
 

@@ -505,9 +505,9 @@ def test_false_optimal_single_clique_large_total(polish):
 
 
 def test_polish_multiplier_is_orthogonal_to_consistent_directions():
-    from cvxdp.solvers.local_loss import CellLoss
-    from cvxdp.solvers.local_polish import polish
-    from cvxdp.solvers.region_graph import RegionGraph
+    from cvxdp.solvers.local.loss import CellLoss
+    from cvxdp.solvers.local.polish import polish
+    from cvxdp.solvers.local.region_graph import RegionGraph
     G = RegionGraph([2, 2], [(0, 1)])
     c = CellLoss(4)
     c.A, c.C = 2 * BIG_W ** 2, 2 * BIG_W ** 2 * BIG_Y

@@ -1,4 +1,4 @@
-"""Proximal point steps with dual Newton inner solves (``cvxdp.solvers.local_proximal``): the
+"""Proximal point steps with dual Newton inner solves (``cvxdp.solvers.local.proximal``): the
 absolute (Laplace) rows on the local polytope.
 
 Each instance is checked against Clarabel by ``test_local_polytope.check`` (objective, lower
@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvxdp.solvers import local_newton, local_proximal
-from cvxdp.solvers.local_admm import LocalProblem
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.region_graph import RegionGraph
+from cvxdp.solvers.local import newton as local_newton
+from cvxdp.solvers.local import proximal as local_proximal
+from cvxdp.solvers.local.admm import LocalProblem
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.local.region_graph import RegionGraph
 
 from test_local_newton import CASES
 from test_local_polytope import check, make, solve_admm
@@ -66,7 +67,7 @@ def test_unmeasured_cells_take_the_admm():
 
 def test_an_eliminated_unmeasured_clique_leaves_it_eligible():
     """The unmeasured pair overlaps the others in single attributes: it is eliminated
-    (``cvxdp.solvers.local_reduce``) and the proximal steps certify the rest."""
+    (``cvxdp.solvers.local.reduce``) and the proximal steps certify the rest."""
     inst = make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l1", noise=2.0, unmeasured=(1,))
     check(inst)
     assert newton_info(inst)["converged"]
@@ -105,7 +106,7 @@ def test_step_dual_gradient_and_weak_duality():
     bounds = []
 
     def bound(lam, point, value):
-        from cvxdp.solvers.local_admm import _orthogonal, lower_bound
+        from cvxdp.solvers.local.admm import _orthogonal, lower_bound
         lam = _orthogonal(p, lam)
         b = lower_bound(p, lam, [], 30.0, 30.0, raw=float(np.abs(lam).max()))
         bounds.append(b)
@@ -121,8 +122,8 @@ def test_exact_root_of_piecewise_linear_clique_sums():
     """With absolute rows only the clique sums are step functions: the root found by sorting
     the breakpoints reaches the target (and the sum just below it does not), and the bound at
     it is at least the bound at bisection's multiplier."""
-    from cvxdp.solvers import local_tau
-    from cvxdp.solvers.local_admm import _orthogonal
+    from cvxdp.solvers.local import tau as local_tau
+    from cvxdp.solvers.local.admm import _orthogonal
     rng = np.random.default_rng(5)
     G = RegionGraph([3, 2, 4, 2], [(0, 1), (1, 2), (0, 2), (2, 3)])
     for _ in range(20):

@@ -1,5 +1,5 @@
 """Unmeasured cliques eliminated from the local polytope before the solve
-(``cvxdp.solvers.local_reduce``).
+(``cvxdp.solvers.local.reduce``).
 
 Every instance (chosen, and random structures with nested cliques and size-one attributes) is
 solved through ``prob.solve`` and checked against Clarabel on the whole
@@ -19,10 +19,10 @@ import scipy.sparse as sp
 
 import cvxdp
 
-from cvxdp.solvers import local_admm as LA
-from cvxdp.solvers import local_reduce
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.region_graph import RegionGraph
+from cvxdp.solvers.local import admm as LA
+from cvxdp.solvers.local import reduce as local_reduce
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.local.region_graph import RegionGraph
 
 from test_local_polytope import check, make
 

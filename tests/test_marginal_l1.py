@@ -12,11 +12,11 @@ import cvxpy as cp
 
 import cvxdp
 from cvxdp.recognise.marginal_polytope import recognise
-from cvxdp.solvers import marginal_lp
-from cvxdp.solvers.junction_tree import JunctionTree
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.marginal_lp import LocalPolytopeLP, repair
-from cvxdp.solvers.mirror_descent import MarginalProblem, MirrorSettings, solve as md_solve
+from cvxdp.solvers.marginal import lp as marginal_lp
+from cvxdp.solvers.marginal.junction_tree import JunctionTree
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.marginal.lp import LocalPolytopeLP, repair
+from cvxdp.solvers.marginal.mirror_descent import MarginalProblem, MirrorSettings, solve as md_solve
 
 EPS = 1e-6
 
@@ -255,7 +255,7 @@ def test_free_total_program_is_the_cone_optimum_and_certified(mixed):
     """free_total=True drops the total row: the optimum over all totals, with nu[-1] = 0,
     reduced costs s >= 0 on the cone, and the free-total bound tight (the old total only
     sets the units)."""
-    from cvxdp.solvers.free_total import free_lower_bound, spanning_terms, total_bound
+    from cvxdp.solvers.marginal.free_total import free_lower_bound, spanning_terms, total_bound
     prob, ext, P = _lp_problem(mixed=mixed)
     free = cp.Problem(prob.objective, [cvxdp.MarginalPolytope(
         dict(zip(prob.constraints[0].cliques, prob.constraints[0].args)), prob.constraints[0].domain)])
@@ -320,7 +320,7 @@ def test_size_limit_falls_back_to_mirror_descent(monkeypatch):
 
 
 def test_repair_makes_nearly_consistent_tables_consistent():
-    from cvxdp.solvers.marginal_polish import local_polytope_matrices
+    from cvxdp.solvers.marginal.polish import local_polytope_matrices
     tree = JunctionTree([3, 2, 4, 2], [(0, 1), (1, 2), (2, 3), (0,)])
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.full(48, 0.5)).reshape(3, 2, 4, 2)

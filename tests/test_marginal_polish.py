@@ -9,10 +9,10 @@ import cvxpy as cp
 import scipy.sparse as sp
 
 import cvxdp
-from cvxdp.solvers.inference import GraphicalModel
-from cvxdp.solvers.junction_tree import JunctionTree
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.marginal_polish import LocalPolytopeQP
+from cvxdp.solvers.marginal.inference import GraphicalModel
+from cvxdp.solvers.marginal.junction_tree import JunctionTree
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.marginal.polish import LocalPolytopeQP
 
 
 def sparse_instance(seed, sizes, cliques, sigma=2.0, n_records=300, n_values=4):

@@ -11,9 +11,9 @@ import cvxpy as cp
 import scipy.sparse as sp
 
 import cvxdp
-from cvxdp.solvers.junction_tree import JunctionTree, ModelTooLarge
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.mirror_descent import MarginalProblem, MirrorSettings, solve as md_solve
+from cvxdp.solvers.marginal.junction_tree import JunctionTree, ModelTooLarge
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.marginal.mirror_descent import MarginalProblem, MirrorSettings, solve as md_solve
 
 
 # ---------------------------------------------------------------- helpers

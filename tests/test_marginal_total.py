@@ -7,7 +7,8 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers import free_total, mirror_descent as md
+from cvxdp.solvers.marginal import free_total
+from cvxdp.solvers.marginal import mirror_descent as md
 from cvxdp.recognise.marginal_polytope import recognise
 
 TIGHT = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)

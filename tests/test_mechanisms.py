@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cvxdp import Measurement, privacy, workloads as W
+from cvxdp import Measurement
+from cvxdp import privacy
+from cvxdp import workloads as W
 from cvxdp.mechanisms import gaussian, l1_sensitivity, l2_sensitivity, laplace
 
 

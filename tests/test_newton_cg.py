@@ -3,7 +3,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from cvxdp.solvers.newton_cg import (FitnessData, NewtonSettings, _Smoothed, _cg, choose_basis,
+from cvxdp.solvers.fitness.newton_cg import (FitnessData, NewtonSettings, _Smoothed, _cg, choose_basis,
                                dual_bound, objective_parts, solve, uniform_weight_start)
 
 # Squared privacy costs of the prefix workload with unit targets (issue 4, certified here by

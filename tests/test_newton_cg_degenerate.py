@@ -9,8 +9,8 @@ import scipy.linalg as la
 
 import cvxdp
 from cvxdp import workloads
-from cvxdp.solvers import fitness_reduce
-from cvxdp.solvers.newton_cg import (FitnessData, NewtonSettings, dual_bound, solve,
+from cvxdp.solvers.fitness import reduce as fitness_reduce
+from cvxdp.solvers.fitness.newton_cg import (FitnessData, NewtonSettings, dual_bound, solve,
                                      solve_privacy_bound)
 
 TIGHT = dict(tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8)   # tighter ends "inaccurate" on singular optima

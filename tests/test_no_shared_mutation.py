@@ -11,7 +11,7 @@ import cvxpy as cp
 import scipy.sparse as sp
 
 import cvxdp
-from cvxdp.solvers.tree import forest_from_queries, forest_from_rows
+from cvxdp.solvers.tree.forest import forest_from_queries, forest_from_rows
 
 
 def _arrays(M):

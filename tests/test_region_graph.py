@@ -1,15 +1,15 @@
 """Math identities of the local-polytope building blocks, checked by brute force.
 
-* :class:`~cvxdp.solvers.region_graph.RegionGraph`: the regions are every attribute set held
+* :class:`~cvxdp.solvers.local.region_graph.RegionGraph`: the regions are every attribute set held
   by two or more cliques; ``project`` equals the dense (weighted) least-squares projection
   onto the affine set of consistent tables, built here from explicit marginalisation matrices
   and a null-space basis; it is idempotent, its correction is orthogonal (in the weighted
   metric) to the consistent directions, totals go where they should, ``residual`` is zero on
   projected points and equals the brute-force disagreement elsewhere.  Both code paths (the
   stored sparse marginalisers and the table-by-table one used for large graphs) are run.
-* :func:`~cvxdp.solvers.local_loss.split_loss`: the cell part plus the coupled part equals the
+* :func:`~cvxdp.solvers.local.loss.split_loss`: the cell part plus the coupled part equals the
   loss; :meth:`CellLoss.argmin` and ``prox`` against brute-force 1-D minimisation.
-* :mod:`~cvxdp.solvers.local_repair`: ``mix`` and ``MarginFitter.fit`` return points of the
+* :mod:`~cvxdp.solvers.local.repair`: ``mix`` and ``MarginFitter.fit`` return points of the
   local polytope (non-negative, consistent, right total) near their input.
 """
 from __future__ import annotations
@@ -22,11 +22,11 @@ import pytest
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from cvxdp.solvers import region_graph as rgmod
-from cvxdp.solvers.local_loss import CellLoss, split_loss
-from cvxdp.solvers.local_repair import MarginFitter, fit_margins, mix
-from cvxdp.solvers.marginal_loss import LossTerm, MarginalLoss
-from cvxdp.solvers.region_graph import RegionGraph
+from cvxdp.solvers.local import region_graph as rgmod
+from cvxdp.solvers.local.loss import CellLoss, split_loss
+from cvxdp.solvers.local.repair import MarginFitter, fit_margins, mix
+from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
+from cvxdp.solvers.local.region_graph import RegionGraph
 
 CASES = {
     "single": ([2, 3], [(0, 1)]),

@@ -15,7 +15,7 @@ import cvxpy as cp
 import scipy.sparse as sp
 
 import cvxdp
-from cvxdp.solvers.tree import Forest
+from cvxdp.solvers.tree.forest import Forest
 from conftest import random_parent
 
 

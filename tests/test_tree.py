@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cvxdp.solvers.tree import Forest, TreeLSQ, forest_from_rows, hay_projection
+from cvxdp.solvers.tree.forest import Forest, TreeLSQ, forest_from_rows, hay_projection
 
 
 def random_forest(n, rng, p_root=0.1):
@@ -97,7 +97,7 @@ def test_forest_pattern_recognised_in_scaled_permuted_rows():
     np.testing.assert_array_equal(forest.parent, f.parent)
     np.testing.assert_allclose(row_scale, scale[perm])
     # the recognised offsets reproduce A x = b on the projection
-    from cvxdp.solvers.affine import make_projector
+    from cvxdp.solvers.consistency.affine import make_projector
     P = make_projector(A, b)
     x = P.project(rng.normal(size=f.n))
     np.testing.assert_allclose(A @ x, b, atol=1e-10)

@@ -1,4 +1,4 @@
-"""``cvxdp.solvers.tree_gls``: exact GLS over a tree with a histogram per unit, with variances.
+"""``cvxdp.solvers.tree.gls``: exact GLS over a tree with a histogram per unit, with variances.
 
 Against the dense normal equations over the leaves' cells (the estimate, each cell's variance,
 each query's variance) on random trees with rank-deficient blocks at inner units, several
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import cvxdp
-from cvxdp.solvers.tree import Forest
-from cvxdp.solvers.tree_gls import Block, TreeGLS
+from cvxdp.solvers.tree.forest import Forest
+from cvxdp.solvers.tree.gls import Block, TreeGLS
 from conftest import random_parent
 
 
@@ -122,7 +122,7 @@ def constrained_reference(geo, k, blocks, invariants):
 
 @pytest.mark.parametrize("seed", range(15))
 def test_invariants_are_met_exactly_and_match_constrained_least_squares(seed):
-    from cvxdp.solvers.tree_gls import Invariant
+    from cvxdp.solvers.tree.gls import Invariant
     geo, k, blocks = instance(seed)
     rng = np.random.default_rng(1000 + seed)
     truth = geo.aggregate(rng.normal(size=(geo.leaves.size, k)))
@@ -152,7 +152,7 @@ def test_invariants_are_met_exactly_and_match_constrained_least_squares(seed):
 
 
 def test_contradicting_invariants_are_refused():
-    from cvxdp.solvers.tree_gls import Invariant
+    from cvxdp.solvers.tree.gls import Invariant
     geo = cvxdp.workloads.geography(np.array([-1, 0, 0]))
     blocks = [Block([1, 2], np.eye(2), 1.0, np.zeros((2, 2)))]
     invs = [Invariant([0, 1, 2], np.ones((1, 2)), [[10.0], [4.0], [5.0]])]

@@ -1,4 +1,4 @@
-"""The lower bound of the non-negative L1 problem on a tree (``cvxdp.solvers.tree_l1_bound``).
+"""The lower bound of the non-negative L1 problem on a tree (``cvxdp.solvers.tree.l1_bound``).
 
 The bound holds for *every* multiplier in the box ``|mu| <= w`` (the moves only sharpen it):
 checked against the LP optimum (HiGHS) at random multipliers on random trees, with leaves
@@ -12,11 +12,11 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from cvxdp.solvers.tree import Forest
-from cvxdp.solvers.tree_gls import Block
-from cvxdp.solvers.tree_l1 import l1_objective, solve_l1
-from cvxdp.solvers.tree_l1_bound import IdentityRows, dual_point, leaf_sums, lower_bound, unit_terms
-from cvxdp.solvers.tree_nonneg import NonnegSettings
+from cvxdp.solvers.tree.forest import Forest
+from cvxdp.solvers.tree.gls import Block
+from cvxdp.solvers.tree.l1 import l1_objective, solve_l1
+from cvxdp.solvers.tree.l1_bound import IdentityRows, dual_point, leaf_sums, lower_bound, unit_terms
+from cvxdp.solvers.tree.nonneg import NonnegSettings
 
 
 def random_tree(rng, n_min=4, n_max=25):

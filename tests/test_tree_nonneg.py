@@ -1,4 +1,4 @@
-"""``cvxdp.solvers.tree_nonneg``: non-negative GLS over a tree of histograms by ADMM.
+"""``cvxdp.solvers.tree.nonneg``: non-negative GLS over a tree of histograms by ADMM.
 
 Against Clarabel on the same problem written over the leaves (objective, and the certified
 lower bound below it), on random trees with sparse counts (the non-negativity binds), a
@@ -12,8 +12,8 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers.tree_gls import Block
-from cvxdp.solvers.tree_nonneg import NonnegSettings, objective, solve_nonneg
+from cvxdp.solvers.tree.gls import Block
+from cvxdp.solvers.tree.nonneg import NonnegSettings, objective, solve_nonneg
 
 
 def instance(seed):
@@ -76,8 +76,8 @@ def test_limits_give_an_honest_status():
 
 def test_fixed_roots_children_problems_match_clarabel():
     """The top-down children problem: a forest of two-level trees whose roots are fixed."""
-    from cvxdp.solvers.tree import Forest
-    from cvxdp.solvers.tree_gls import Invariant
+    from cvxdp.solvers.tree.forest import Forest
+    from cvxdp.solvers.tree.gls import Invariant
     rng = np.random.default_rng(7)
     parent = np.array([-1, -1, -1] + [0] * 4 + [1] * 3 + [2] * 5)
     kids, k = np.arange(3, parent.size), 3
@@ -102,7 +102,7 @@ def test_fixed_roots_children_problems_match_clarabel():
 
 def test_group_invariants_with_nonnegativity_match_clarabel():
     """Totals of two groups of cells fixed at the root and at one inner unit."""
-    from cvxdp.solvers.tree_gls import Invariant
+    from cvxdp.solvers.tree.gls import Invariant
     geo, k, blocks = instance(9)
     if k < 2 or not geo.internal.size:
         pytest.skip("needs two cells and an inner unit")
@@ -126,7 +126,7 @@ def test_group_invariants_with_nonnegativity_match_clarabel():
 
 
 def test_invariant_refusals():
-    from cvxdp.solvers.tree_gls import Invariant
+    from cvxdp.solvers.tree.gls import Invariant
     geo, k, blocks = instance(9)
     root = np.flatnonzero(geo.parent < 0)[:1]
     with pytest.raises(ValueError, match="0/1 rows"):

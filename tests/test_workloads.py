@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from cvxdp import workloads as W
 from cvxdp.mechanisms import l1_sensitivity
-from cvxdp.solvers.tree import hay_projection
+from cvxdp.solvers.tree.forest import hay_projection
 
 SIZES = [(1, 2), (5, 2), (7, 2), (8, 2), (9, 2), (10, 2), (27, 3), (10, 3), (5, 3),
          (16, 4), (10, 4), (9, 3), (1, 4)]

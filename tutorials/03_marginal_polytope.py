@@ -61,7 +61,7 @@ import cvxpy as cp  # noqa: E402
 import cvxdp  # noqa: E402
 import cvxdp.privacy  # noqa: E402
 from cvxdp.local_model import fit_model  # noqa: E402  (section 5)
-from cvxdp.solvers import inference  # noqa: E402  (Table 2's factored-query building blocks)
+from cvxdp.solvers.marginal import inference  # noqa: E402  (Table 2's factored-query building blocks)
 
 FAST = os.environ.get("CVXDP_TUTORIAL_FAST", "") not in ("", "0")
 OUT = Path(os.environ.get("CVXDP_TUTORIAL_OUT")

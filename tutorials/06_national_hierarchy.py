@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import cvxpy as cp  # noqa: E402
 
 import cvxdp  # noqa: E402
-from cvxdp.solvers.tree_gls import Block, TreeGLS  # noqa: E402
+from cvxdp.solvers.tree.gls import Block, TreeGLS  # noqa: E402
 
 FAST = os.environ.get("CVXDP_TUTORIAL_FAST", "") not in ("", "0")
 OUT = Path(os.environ.get("CVXDP_TUTORIAL_OUT") or Path(__file__).resolve().parent / "figures")

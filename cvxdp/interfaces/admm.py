@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
-from ..solvers import admm as admm_solver
+from ..solvers.consistency import admm as admm_solver
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..local_polytope import LocalPolytope

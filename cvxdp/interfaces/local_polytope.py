@@ -3,7 +3,7 @@
 The ADMM method takes this route when the problem has a :class:`cvxdp.LocalPolytope`; the
 shared options and ``rho``, ``alpha``, ``adaptive_rho``, ``check_every`` and ``polish`` mean
 what they mean for every ADMM solve, and ``dual_newton`` (the semismooth Newton method of
-:mod:`cvxdp.solvers.local_newton`) applies here only (``equality_split`` has nothing to
+:mod:`cvxdp.solvers.local.newton`) applies here only (``equality_split`` has nothing to
 choose here: the consistency set is always projected onto exactly).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import cvxpy as cp
 
-from ..solvers import local_admm
+from ..solvers.local import admm as local_admm
 from ..solvers.result import SOLUTION_PRESENT
 
 from ..recognise.marginal_polytope import MarginalExtraction

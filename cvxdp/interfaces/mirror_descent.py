@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
-from ..solvers import free_total
-from ..solvers import mirror_descent as md
-from ..solvers.marginal_duals import certifying_multipliers
+from ..solvers.marginal import free_total
+from ..solvers.marginal import mirror_descent as md
+from ..solvers.marginal.duals import certifying_multipliers
 from ..solvers.result import SOLUTION_PRESENT
 
 from ..graphical_model import GraphicalModel

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import cvxpy as cp
 
-from ..solvers import newton_cg
+from ..solvers.fitness import newton_cg
 from ..solvers.result import SOLUTION_PRESENT
 
 from ..recognise.fitness import FitnessExtraction, recognise

@@ -12,7 +12,7 @@ Problem 2 (prioritizing privacy)::
     subject to  query_variance(L, X) <= s * c,   privacy_cost(B, X) <= rho,   X PSD
 
 A model of this form whose data has no attained optimum raises ``ValueError`` naming the
-argument, before any solve (:func:`cvxdp.solvers.fitness_reduce.validate`): no queries or
+argument, before any solve (:func:`cvxdp.solvers.fitness.reduce.validate`): no queries or
 only zero queries (``L``), non-positive or non-finite targets (``c``), a basis ``B`` with
 dependent rows, and in Problem 2 a privacy bound ``rho`` that is not positive and finite
 (``rho <= 0`` admits no positive definite ``X``; ``rho = inf`` lets ``s`` tend to 0 unattained).
@@ -33,7 +33,7 @@ from cvxpy.constraints import PSD, Inequality
 
 from ..atoms import PrivacyCost, QueryVariance
 from ..errors import NotRecognised
-from ..solvers.fitness_reduce import validate
+from ..solvers.fitness.reduce import validate
 from .affine import constant_value
 
 __all__ = ["FitnessExtraction", "recognise"]

@@ -12,7 +12,7 @@ with ``loss_t`` one of ``norm1``, ``sum(abs(.))``, ``sum(multiply(w, abs(.)))``,
 ``w @ abs(.)``, ``abs`` (scalar), ``sum_squares``, ``quad_over_lin(., c)``,
 ``sum(square(.))``, ``sum(multiply(w, square(.)))``, ``norm2(.)**2`` and
 nonnegative scalings of these (``cvxdp.nll`` and ``cvxdp.elastic_net`` build such
-sums).  The output is a :class:`cvxdp.solvers.admm.ConsistencyData` and the maps that
+sums).  The output is a :class:`cvxdp.solvers.consistency.admm.ConsistencyData` and the maps that
 send its solution and multipliers back to the user's variables and constraints.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ import scipy.sparse as sp
 import cvxpy as cp
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
-from ..solvers.admm import ConsistencyData
-from ..solvers.isotonic import Chains
+from ..solvers.consistency.admm import ConsistencyData
+from ..solvers.consistency.isotonic import Chains
 
 from ..errors import NotRecognised
 from .affine import Linearizer

@@ -4,7 +4,7 @@ the same with ``LocalPolytope``, for ``cvxdp.ADMM``: :func:`recognise_local`).
 Accepted losses: nonnegative sums of L1 and squared losses of affine expressions of the
 marginal variables (``cvxdp.nll`` of Laplace / Gaussian measurements, ``cp.norm1``,
 ``cp.sum(cp.abs(.))``, ``cp.sum_squares``, weighted), as parsed for ADMM.  The output is a
-:class:`cvxdp.solvers.mirror_descent.MarginalProblem` on the flat C-order vector of all marginals.
+:class:`cvxdp.solvers.marginal.mirror_descent.MarginalProblem` on the flat C-order vector of all marginals.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
-from ..solvers.free_total import estimate_total
-from ..solvers.marginal_loss import LossTerm, MarginalLoss
+from ..solvers.marginal.free_total import estimate_total
+from ..solvers.marginal.loss import LossTerm, MarginalLoss
 
 from ..errors import NotRecognised
 from ..clique_marginals import CliqueMarginals
