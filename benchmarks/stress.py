@@ -43,7 +43,7 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.atoms import PrivacyCost, QueryVariance
+from cvxdp.modelling.atoms import PrivacyCost, QueryVariance
 
 EPS_ABS, EPS_REL = 1e-6, 1e-6
 ROUNDING = 1e-12            # the rounding floor of a violation, relative to its terms

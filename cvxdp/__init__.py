@@ -10,26 +10,21 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import analysis
-from . import fitness
-from . import histograms
-from . import mechanisms
-from . import synth
-from . import workloads
-from .atoms import privacy_cost, query_variance
-from .constraints import HierarchicalHistogram, TreeConsistent, consistent, ordered
+from . import analysis, fitness, histograms, mechanisms, privacy, synth, workloads
+from .modelling.atoms import privacy_cost, query_variance
+from .modelling.constraints import HierarchicalHistogram, TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve
-from .domain import Domain
-from .graphical_model import GraphicalModel
-from .local_polytope import LocalPolytope
-from .marginal_polytope import MarginalPolytope, ModelTooLarge
-from .fitness import fitness_problem
+from .modelling.domain import Domain
+from .estimates.graphical_model import GraphicalModel
+from .modelling.local_polytope import LocalPolytope
+from .modelling.marginal_polytope import MarginalPolytope, ModelTooLarge
+from .modelling.fitness import fitness_problem
 from .errors import NotRecognised
-from .losses import elastic_net, nll
-from .measurement import Measurement
-from .rounding import round_consistent
-from .histograms import HistogramMeasurement
-from .top_down import TopDownError, TopDownResult, topdown
+from .modelling.losses import elastic_net, nll
+from .modelling.measurement import Measurement
+from .estimates.rounding import round_consistent
+from .modelling.histograms import HistogramMeasurement
+from .estimates.top_down import TopDownError, TopDownResult, topdown
 
 __version__ = "0.1.0"
 

@@ -83,8 +83,8 @@ def quick(problem: cp.Problem) -> tuple[str, Choice] | None:
     off the constraint and the loss kind off the objective's atoms, so that a problem handed
     to the standard solver does not pay for the method's recognition (at the sizes where
     that happens, it is a sizeable part of the standard solver's time).  ``None`` otherwise."""
-    from .local_polytope import LocalPolytope
-    from .marginal_polytope import MarginalPolytope
+    from .modelling.local_polytope import LocalPolytope
+    from .modelling.marginal_polytope import MarginalPolytope
     cons = [c for c in problem.constraints if isinstance(c, (MarginalPolytope, LocalPolytope))]
     if len(cons) != 1:
         return None
@@ -162,8 +162,8 @@ def size_of(method_name: str, problem: cp.Problem) -> tuple[str, int]:
 def _family(method_name: str, ext) -> tuple[str, int]:
     """``(family/loss, size)``: the structure the method will exploit, the loss kind
     (``l1``, ``l2`` or ``mixed``) and the number of unknowns it works on."""
-    from .recognise.l1_consistency import Extraction
-    from .recognise.marginal_polytope import MarginalExtraction
+    from .recognise.consistency import Extraction
+    from .recognise.clique_marginals import MarginalExtraction
     from .recognise.fitness import FitnessExtraction
     if isinstance(ext, FitnessExtraction):
         return "newton_cg", int(ext.B.shape[0])

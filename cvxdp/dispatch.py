@@ -19,17 +19,17 @@ import numpy as np
 import cvxpy as cp
 
 from . import cost_model
-from ._cvxpy_compat import annotate_extra_stats, set_status, write_solution
+from .methods.compat import annotate_extra_stats, set_status, write_solution
 from .errors import NotRecognised
-from .input_check import check_problem_data
-from .interfaces import certify
-from .interfaces.certify import check_point
-from .interfaces.admm import ADMMMethod
-from .interfaces.base import Method, Outcome, extra_stats
-from .interfaces.mirror_descent import MirrorDescentMethod
-from .interfaces.newton_cg import NewtonCGMethod
-from .interfaces.options import SHARED_NAMES
-from .interfaces.warm_start import CACHE, fingerprint
+from .methods.input_check import check_problem_data
+from .methods import certify
+from .methods.certify import check_point
+from .methods.consistency import ADMMMethod
+from .methods.base import Method, Outcome, extra_stats
+from .methods.marginal_polytope import MirrorDescentMethod
+from .methods.fitness import NewtonCGMethod
+from .methods.options import SHARED_NAMES
+from .methods.warm_start import CACHE, fingerprint
 from .solvers.result import SOLUTION_PRESENT
 
 __all__ = ["solve", "ADMM", "NEWTON_CG", "MIRROR_DESCENT", "METHODS"]
@@ -244,7 +244,7 @@ def _instead(choice: dict, status: str) -> dict:
 
 def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_time,
             choice: dict) -> None:
-    """Certify the outcome in cvxpy's terms (:mod:`cvxdp.interfaces.certify`), then write
+    """Certify the outcome in cvxpy's terms (:mod:`cvxdp.methods.certify`), then write
     it back with the shared ``extra_stats``."""
     present = outcome.status in SOLUTION_PRESENT and bool(outcome.primal)
     check = certify.check_point(problem, outcome.primal) if present else None

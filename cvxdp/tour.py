@@ -19,11 +19,11 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
-from . import mechanisms
-from . import workloads
-from .constraints import consistent
+from .modelling import mechanisms
+from .modelling import workloads
+from .modelling.constraints import consistent
 from .dispatch import ADMM
-from .losses import elastic_net, nll
+from .modelling.losses import elastic_net, nll
 
 __all__ = ["run_tour", "TourRow", "adult_dir", "format_header", "format_row", "format_rows"]
 
@@ -157,7 +157,7 @@ def _sorted_rows(fast: bool = False) -> list[TourRow]:
 def _fitness_rows(d: int) -> list[TourRow]:
     """Fitness for use (Xiao et al. 2021): per-query variance targets on the prefix workload."""
     from .dispatch import NEWTON_CG
-    from .fitness import fitness_problem
+    from .modelling.fitness import fitness_problem
 
     W = np.tril(np.ones((d, d)))
     c = np.linspace(1.0, 2.0, d)
@@ -173,8 +173,8 @@ def _marginal_rows(fast: bool) -> list[TourRow]:
     """Marginal polytope (McKenna et al. 2019): noisy Adult marginals (or synthetic) -> one
     consistent distribution; MIRROR_DESCENT vs Clarabel on the junction tree's local polytope."""
     from .dispatch import MIRROR_DESCENT
-    from .domain import Domain
-    from .marginal_polytope import MarginalPolytope
+    from .modelling.domain import Domain
+    from .modelling.marginal_polytope import MarginalPolytope
 
     d = adult_dir()
     attrs = ["workclass", "race", "sex", "relationship", "income>50K"]

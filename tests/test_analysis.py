@@ -4,7 +4,7 @@ import pytest
 import scipy.sparse as sp
 
 import cvxdp
-from cvxdp import analysis as an
+from cvxdp.modelling import analysis as an
 
 W_LECTURE = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])     # x1, x2, x1 + x2
 

@@ -16,9 +16,9 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.interfaces.base import EXTRA_STATS_KEYS
-from cvxdp.interfaces.certify import ROUNDING
-from cvxdp.interfaces.warm_start import CACHE, WarmStartCache
+from cvxdp.methods.base import EXTRA_STATS_KEYS
+from cvxdp.methods.certify import ROUNDING
+from cvxdp.methods.warm_start import CACHE, WarmStartCache
 
 
 # ----------------------------------------------------------------- one instance per method

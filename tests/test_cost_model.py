@@ -240,7 +240,7 @@ def test_a_standard_solver_that_fails_hands_back_to_the_method(fits, monkeypatch
     Clarabel's ``infeasible`` on a feasible tree problem with counts of 1e7), the cvxdp method
     solves the problem under its own contract; the choice says what happened.  The failure
     is imitated by overwriting Clarabel's status after its solve."""
-    from cvxdp._cvxpy_compat import set_status
+    from cvxdp.methods.compat import set_status
     fits(family, standard_faster=True)
     prob = make_problem()
     solve = prob.solve

@@ -6,7 +6,7 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp._cvxpy_compat import PRIVATE_ATTRIBUTES
+from cvxdp.methods.compat import PRIVATE_ATTRIBUTES
 from conftest import sparse_counts
 
 
@@ -54,7 +54,7 @@ def test_statistics_and_private_attributes_written_once():
     st = p.solver_stats
     assert st.num_iters > 0 and st.solve_time > 0 and st.setup_time >= 0
     assert p.compilation_time is not None and p.compilation_time >= 0
-    assert tuple(st.extra_stats) == cvxdp.interfaces.base.EXTRA_STATS_KEYS
+    assert tuple(st.extra_stats) == cvxdp.methods.base.EXTRA_STATS_KEYS
     for key in ("splitting", "constraint_violation", "rho", "polish"):
         assert key in st.extra_stats["info"]
     assert st.extra_stats["gap"] <= 1e-6

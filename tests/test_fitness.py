@@ -4,7 +4,7 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.atoms import PrivacyCost, QueryVariance
+from cvxdp.modelling.atoms import PrivacyCost, QueryVariance
 
 TIGHT = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
 

@@ -213,7 +213,7 @@ def test_loss_terms_read_whole_match_the_row_grouping(seed):
     """Blocks read off whole ``X[units] @ Q.T - Y`` terms carry the same information and
     linear terms per unit as the row-by-row grouping; terms whose rows are not alike across
     units (per-unit weights, a unit selected twice) fall back to the grouping."""
-    from cvxdp.recognise.l1_consistency import recognise
+    from cvxdp.recognise.consistency import recognise
     from cvxdp.solvers.consistency.histogram_tree import _row_groups
     from cvxdp.solvers.tree.gls import Block
     geo, k, truth, Y, Q, Ym = instance(seed, k=4)

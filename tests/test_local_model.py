@@ -1,4 +1,4 @@
-"""cvxdp.local_model.fit_model: a bounded junction-tree model fitted to a LocalPolytope's
+"""cvxdp.estimates.local_model.fit_model: a bounded junction-tree model fitted to a LocalPolytope's
 consistent marginals -- exact on the kept cliques, reported on the dropped ones."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.local_model import ModelFit, _acyclic, bic_score, fit_model, total_correlation
+from cvxdp.estimates.local_model import ModelFit, _acyclic, bic_score, fit_model, total_correlation
 
 
 # ---------------------------------------------------------------------------- helpers

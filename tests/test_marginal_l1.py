@@ -11,7 +11,7 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.recognise.marginal_polytope import recognise
+from cvxdp.recognise.clique_marginals import recognise
 from cvxdp.solvers.marginal import lp as marginal_lp
 from cvxdp.solvers.marginal.junction_tree import JunctionTree
 from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss

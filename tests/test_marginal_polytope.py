@@ -246,7 +246,7 @@ def test_bad_input_is_named():
         with pytest.raises(ValueError, match="positive integer"):
             cvxdp.Domain({"a": bad})
     with pytest.raises(ValueError, match="sigma must be positive"):
-        cvxdp.losses.gaussian(cp.Variable(2), 0.0)
+        cvxdp.modelling.losses.gaussian(cp.Variable(2), 0.0)
     with pytest.raises(ValueError, match="scale"):
         cvxdp.Measurement(np.eye(2), np.zeros(2), "laplace", -1.0)
 

@@ -9,7 +9,7 @@ import cvxpy as cp
 import cvxdp
 from cvxdp.solvers.marginal import free_total
 from cvxdp.solvers.marginal import mirror_descent as md
-from cvxdp.recognise.marginal_polytope import recognise
+from cvxdp.recognise.clique_marginals import recognise
 
 TIGHT = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
 
@@ -230,7 +230,7 @@ def test_total_bound_holds_and_shrinks_with_the_loss():
 def test_a_parameter_total_is_new_data(cls):
     """A Parameter total is one of the problem's Parameters, so a new value is new data for
     the warm-start cache (its state for one total was reused for another before)."""
-    from cvxdp.interfaces.warm_start import fingerprint
+    from cvxdp.methods.warm_start import fingerprint
     dom = cvxdp.Domain({"a": 2, "b": 3})
     N = cp.Parameter(pos=True, value=20.0)
     mu = {("a", "b"): cp.Variable((2, 3))}

@@ -8,9 +8,9 @@ import pytest
 import scipy.sparse as sp
 
 from cvxdp import Measurement
-from cvxdp import privacy
-from cvxdp import workloads as W
-from cvxdp.mechanisms import gaussian, l1_sensitivity, l2_sensitivity, laplace
+from cvxdp.modelling import privacy
+from cvxdp.modelling import workloads as W
+from cvxdp.modelling.mechanisms import gaussian, l1_sensitivity, l2_sensitivity, laplace
 
 
 # ------------------------------------------------------------------ sensitivities

@@ -8,7 +8,7 @@ import cvxpy as cp
 import scipy.linalg as la
 
 import cvxdp
-from cvxdp import workloads
+from cvxdp.modelling import workloads
 from cvxdp.solvers.fitness import reduce as fitness_reduce
 from cvxdp.solvers.fitness.newton_cg import (FitnessData, NewtonSettings, dual_bound, solve,
                                      solve_privacy_bound)

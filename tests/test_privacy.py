@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from cvxdp import privacy as P
+from cvxdp.modelling import privacy as P
 
 EPS = [0.05, 0.3, 1.0, 3.0, 10.0]
 DELTAS = [1e-3, 1e-6, 1e-10]

@@ -43,7 +43,7 @@ def test_errors_name_the_calling_method(method):
 
 def test_marginal_polytope_errors_do_not_name_admm():
     import cvxdp
-    from cvxdp.recognise.marginal_polytope import recognise
+    from cvxdp.recognise.clique_marginals import recognise
 
     a = cp.Variable(2, nonneg=True)
     b = cp.Variable((2, 2), nonneg=True)

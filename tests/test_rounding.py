@@ -177,4 +177,4 @@ def test_bad_input_names_the_node(case, match):
 def test_forest_of_refuses_other_types():
     with pytest.raises(TypeError, match="consistency must be"):
         cvxdp.round_consistent("tree", np.zeros(3))
-    assert isinstance(cvxdp.rounding.forest_of(np.array([-1, 0])), Forest)
+    assert isinstance(cvxdp.estimates.rounding.forest_of(np.array([-1, 0])), Forest)

@@ -16,7 +16,7 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp import synth
+from cvxdp.estimates import synth
 
 SOLVE = dict(eps_rel=1e-10)            # both sides solved tightly, so the optimum is compared
 

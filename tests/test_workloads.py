@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cvxdp import workloads as W
-from cvxdp.mechanisms import l1_sensitivity
+from cvxdp.modelling import workloads as W
+from cvxdp.modelling.mechanisms import l1_sensitivity
 from cvxdp.solvers.tree.forest import hay_projection
 
 SIZES = [(1, 2), (5, 2), (7, 2), (8, 2), (9, 2), (10, 2), (27, 3), (10, 3), (5, 3),

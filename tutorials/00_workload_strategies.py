@@ -49,7 +49,7 @@ import scipy.sparse as sp  # noqa: E402
 import cvxpy as cp  # noqa: E402
 
 import cvxdp  # noqa: E402
-from cvxdp import analysis  # noqa: E402
+from cvxdp.modelling import analysis  # noqa: E402
 
 FAST = os.environ.get("CVXDP_TUTORIAL_FAST", "") not in ("", "0")
 OUT = Path(os.environ.get("CVXDP_TUTORIAL_OUT") or Path(__file__).resolve().parent / "figures")

@@ -60,7 +60,7 @@ import cvxpy as cp  # noqa: E402
 
 import cvxdp  # noqa: E402
 import cvxdp.privacy  # noqa: E402
-from cvxdp.local_model import fit_model  # noqa: E402  (section 5)
+from cvxdp.estimates.local_model import fit_model  # noqa: E402  (section 5)
 from cvxdp.solvers.marginal import inference  # noqa: E402  (Table 2's factored-query building blocks)
 
 FAST = os.environ.get("CVXDP_TUTORIAL_FAST", "") not in ("", "0")
@@ -583,7 +583,7 @@ print(f"saved {path}")
 #   `con.marginal(attrs)` reads it from any clique holding the attributes, and
 #   they all agree.  Nothing else: a marginal spanning cliques, or synthetic
 #   records, needs *one* distribution, and a point of `L` may have none or
-#   many.  `cvxdp.local_model.fit_model(con)` picks one, a junction-tree
+#   many.  `cvxdp.estimates.local_model.fit_model(con)` picks one, a junction-tree
 #   graphical model of bounded size, exact on the cliques it keeps and an
 #   approximation everywhere else (below).
 #

@@ -31,7 +31,7 @@ from cvxpy.atoms.matrix_frac import MatrixFrac
 from cvxpy.atoms.max import max as cp_max
 from cvxpy.constraints import PSD, Inequality
 
-from ..atoms import PrivacyCost, QueryVariance
+from ..modelling.atoms import PrivacyCost, QueryVariance
 from ..errors import NotRecognised
 from ..solvers.fitness.reduce import validate
 from .affine import constant_value

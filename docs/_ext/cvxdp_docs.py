@@ -2,14 +2,14 @@
 
 ``.. cvxdp-options:: ADMM``
     The options of one method, from its validated settings layer
-    (``cvxdp.METHODS[name].options``, :mod:`cvxdp.interfaces.options`): name, default, allowed
+    (``cvxdp.METHODS[name].options``, :mod:`cvxdp.methods.options`): name, default, allowed
     values, meaning.  ``:only: own`` / ``:only: shared`` restricts the rows.
 
 ``.. cvxdp-shared-options::``
     The shared options, one default column per method.
 
 ``.. cvxdp-extra-stats::``
-    The keys of ``solver_stats.extra_stats`` (:data:`cvxdp.interfaces.base.EXTRA_STATS_KEYS`);
+    The keys of ``solver_stats.extra_stats`` (:data:`cvxdp.methods.base.EXTRA_STATS_KEYS`);
     the content gives each key's meaning as ``key: text`` lines, and a key missing from the
     code or from the content is a build warning.
 
@@ -109,7 +109,7 @@ class OptionsDirective(SphinxDirective):
     option_spec = {"only": lambda arg: directives.choice(arg, ("own", "shared", "all"))}
 
     def run(self):
-        from cvxdp.interfaces.options import SHARED_NAMES
+        from cvxdp.methods.options import SHARED_NAMES
 
         method = _method(self.arguments[0])
         only = self.options.get("only", "all")
@@ -154,7 +154,7 @@ class CostModelDirective(SphinxDirective):
 
 class SharedOptionsDirective(SphinxDirective):
     def run(self):
-        from cvxdp.interfaces.options import SHARED_NAMES
+        from cvxdp.methods.options import SHARED_NAMES
 
         methods = [_method(m) for m in _METHODS]
         rows = []
@@ -197,7 +197,7 @@ class _KeyTable(SphinxDirective):
 
 class ExtraStatsDirective(_KeyTable):
     def run(self):
-        from cvxdp.interfaces.base import EXTRA_STATS_KEYS
+        from cvxdp.methods.base import EXTRA_STATS_KEYS
 
         entries = self.documented()
         keys = [k for k, _, _ in entries]

@@ -38,7 +38,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from . import histogram_tree, isotonic_l1
+from . import histogram_tree
+from . import isotonic_l1
 from .. import result as R
 from .._table import IterationTable
 from .certify import certify

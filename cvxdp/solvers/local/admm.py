@@ -50,7 +50,9 @@ import numpy as np
 
 from .. import result as R
 from .._table import IterationTable
-from . import newton as newton_steps, proximal as proximal_steps, reduce
+from . import newton as newton_steps
+from . import proximal as proximal_steps
+from . import reduce
 from .polish import polish
 from .repair import MarginFitter, mix
 from .tau import TAU_STEPS as _TAU_STEPS, per_cell as _per_cell, tau_bisect as _tau, \

@@ -13,7 +13,7 @@ Shared options:
     iterations at most (the method's own unit: ADMM / mirror-descent iterations, Newton steps);
 ``eps_abs``
     largest constraint violation allowed in the returned point (absolute, in the units of the
-    constraint; see :mod:`cvxdp.interfaces.certify` for the rounding floor at large magnitudes);
+    constraint; see :mod:`cvxdp.methods.certify` for the rounding floor at large magnitudes);
 ``eps_rel``
     largest certified relative gap ``(f - L) / max(1, |f|)``, ``L`` a lower bound on the
     optimum proved by the method's dual point;

@@ -15,7 +15,7 @@ import cvxpy as cp
 from ..solvers.local import admm as local_admm
 from ..solvers.result import SOLUTION_PRESENT
 
-from ..recognise.marginal_polytope import MarginalExtraction
+from ..recognise.clique_marginals import MarginalExtraction
 from .base import Outcome
 from .options import Settings
 

@@ -25,7 +25,7 @@ import numpy as np
 import cvxpy as cp
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
-from .solvers.marginal.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge, marginalizer
+from ..solvers.marginal.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge, marginalizer
 
 from .clique_marginals import CliqueMarginals, project
 from .domain import Domain
@@ -118,7 +118,7 @@ class MarginalPolytope(CliqueMarginals):
                    for c, t in zip(self.cliques, tabs))
 
     def _fit_model(self, tabs: list[np.ndarray], total: float):
-        from .dispatch import MIRROR_DESCENT          # dispatch imports this module
+        from ..dispatch import MIRROR_DESCENT          # dispatch imports this module
         x = {c: cp.Variable(self.domain.shape(c)) for c in self.cliques}
         fit = MarginalPolytope(x, self.domain, total=total, max_cells=self.max_cells)
         loss = sum(cp.sum_squares(x[c] - np.maximum(t, 0.0)) for c, t in zip(self.cliques, tabs))

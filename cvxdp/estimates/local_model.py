@@ -70,10 +70,10 @@ from typing import Any
 
 import numpy as np
 
-from .domain import Domain
+from ..modelling.domain import Domain
 from .graphical_model import GraphicalModel
-from .local_polytope import LocalPolytope
-from .solvers.marginal.junction_tree import JunctionTree, ModelTooLarge
+from ..modelling.local_polytope import LocalPolytope
+from ..solvers.marginal.junction_tree import JunctionTree, ModelTooLarge
 
 __all__ = ["fit_model", "ModelFit", "total_correlation", "bic_score", "METHODS", "SCORES"]
 
@@ -483,8 +483,8 @@ def _fit_mirror_descent(constraint: LocalPolytope, selected: list[Clique], table
     """``minimize sum_C ||x_C - mu_C||^2 / total`` over the marginal polytope of ``selected``."""
     import cvxpy as cp
 
-    from .dispatch import MIRROR_DESCENT
-    from .marginal_polytope import MarginalPolytope
+    from ..dispatch import MIRROR_DESCENT
+    from ..modelling.marginal_polytope import MarginalPolytope
 
     dom = constraint.domain
     x = {c: cp.Variable(dom.shape(c)) for c in selected}

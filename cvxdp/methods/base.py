@@ -1,10 +1,10 @@
 """What a cvxdp method interface declares, receives and returns.
 
-A method is three things (see :class:`Method`): an :class:`~cvxdp.interfaces.options.OptionSet`
+A method is three things (see :class:`Method`): an :class:`~cvxdp.methods.options.OptionSet`
 (its validated settings), ``recognise`` (problem -> what the numerical layer needs, or
 ``NotRecognised``) and ``solve`` (-> one :class:`Outcome`).  :mod:`cvxdp.dispatch` does the
 rest the same way for every method: input checks, option parsing, the warm-start cache,
-the certification of the returned point (:mod:`cvxdp.interfaces.certify`), ``verify``, the
+the certification of the returned point (:mod:`cvxdp.methods.certify`), ``verify``, the
 ``extra_stats`` table (:func:`extra_stats`) and the write-back.
 """
 from __future__ import annotations

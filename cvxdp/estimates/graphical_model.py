@@ -16,10 +16,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .solvers.marginal.inference import GraphicalModel as _Model
-from .solvers.marginal.junction_tree import JunctionTree
+from ..solvers.marginal.inference import GraphicalModel as _Model
+from ..solvers.marginal.junction_tree import JunctionTree
 
-from .domain import Domain
+from ..modelling.domain import Domain
 
 __all__ = ["GraphicalModel"]
 

@@ -36,7 +36,7 @@ import cvxpy as cp
 from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
-from .solvers.local.region_graph import RegionGraph
+from ..solvers.local.region_graph import RegionGraph
 
 from .clique_marginals import CliqueMarginals
 from .domain import Domain
@@ -110,8 +110,8 @@ class LocalPolytope(CliqueMarginals):
         """A junction-tree :class:`cvxdp.GraphicalModel` fitted to the current marginals, for
         marginals spanning cliques and synthetic records: exact on the cliques it keeps,
         approximate elsewhere; what was kept, dropped and how far off is on ``.info``
-        (:func:`cvxdp.local_model.fit_model`)."""
-        from .local_model import fit_model      # imports the marginal-polytope machinery
+        (:func:`cvxdp.estimates.local_model.fit_model`)."""
+        from ..estimates.local_model import fit_model      # imports the marginal-polytope machinery
         return fit_model(self, max_cells=max_cells, cliques=cliques, method=method, score=score)
 
     # ---------------------------------------------------------------- canonicalisation

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .histograms import HistogramMeasurement, checked_inputs
-from .solvers.tree.topdown import Chunk, ChunkResult, chunk_bytes, solve_chunk
-from .solvers.tree.gls import Block
+from ..modelling.histograms import HistogramMeasurement, checked_inputs
+from ..solvers.tree.topdown import Chunk, ChunkResult, chunk_bytes, solve_chunk
+from ..solvers.tree.gls import Block
 
 __all__ = ["topdown", "TopDownResult", "TopDownError"]
 

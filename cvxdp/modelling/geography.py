@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from .solvers.tree.forest import Forest
+from ..solvers.tree.forest import Forest
 
 __all__ = ["Geography", "geography"]
 

@@ -12,8 +12,8 @@ from ..solvers.marginal import mirror_descent as md
 from ..solvers.marginal.duals import certifying_multipliers
 from ..solvers.result import SOLUTION_PRESENT
 
-from ..graphical_model import GraphicalModel
-from ..recognise.marginal_polytope import MarginalExtraction, recognise
+from ..estimates.graphical_model import GraphicalModel
+from ..recognise.clique_marginals import MarginalExtraction, recognise
 from .base import Outcome
 from .options import Option, OptionSet, Settings
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .solvers.tree.rounding import round_consistent as _round
-from .solvers.tree.forest import Forest
+from ..solvers.tree.rounding import round_consistent as _round
+from ..solvers.tree.forest import Forest
 
 __all__ = ["round_consistent", "forest_of"]
 

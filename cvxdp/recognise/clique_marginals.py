@@ -18,9 +18,9 @@ from ..solvers.marginal.free_total import estimate_total
 from ..solvers.marginal.loss import LossTerm, MarginalLoss
 
 from ..errors import NotRecognised
-from ..clique_marginals import CliqueMarginals
-from ..local_polytope import LocalPolytope
-from ..marginal_polytope import MarginalPolytope
+from ..modelling.clique_marginals import CliqueMarginals
+from ..modelling.local_polytope import LocalPolytope
+from ..modelling.marginal_polytope import MarginalPolytope
 from .affine import Linearizer
 from .losses import collect
 

@@ -10,9 +10,9 @@ import cvxpy as cp
 from ..solvers.consistency import admm as admm_solver
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
-from ..local_polytope import LocalPolytope
-from ..recognise.l1_consistency import Extraction, recognise
-from ..recognise.marginal_polytope import MarginalExtraction, recognise_local
+from ..modelling.local_polytope import LocalPolytope
+from ..recognise.consistency import Extraction, recognise
+from ..recognise.clique_marginals import MarginalExtraction, recognise_local
 from .base import Outcome
 from .local_polytope import solve_local
 from .options import Option, OptionSet, Settings

@@ -1,0 +1,195 @@
+"""Sensitivities and the Laplace / Gaussian releases of linear queries.
+
+Neighbouring databases differ by adding or removing one record, which changes
+one cell of the data vector ``x`` by 1.  The answers ``Q x`` then move by one
+column of ``Q``, so the sensitivities are column norms::
+
+    Delta_1(Q) = max_j sum_i |Q_ij|,        Delta_2(Q) = max_j sqrt(sum_i Q_ij^2).
+
+* Laplace mechanism: ``y = Q x + Lap(b)^m`` with ``b = Delta_1 / epsilon`` is
+  ``epsilon``-DP (Dwork, McSherry, Nissim, Smith, TCC 2006).  On a hierarchy
+  ``Delta_1`` is the number of levels (Hay et al., VLDB 2010); on the weighted
+  Haar strategy it is ``1 + log2 n``, Privlet's generalized sensitivity (Xiao,
+  Wang, Gehrke, ICDE 2010 / TKDE 2011).
+* Gaussian mechanism: ``y = Q x + N(0, sigma^2 I)`` is ``rho``-zCDP with
+  ``rho = Delta_2^2 / (2 sigma^2)`` (Bun & Steinke, TCC 2016) and exactly
+  ``(epsilon, delta)``-DP on the curve of Balle & Wang (ICML 2018), see
+  :mod:`cvxdp.privacy`.
+
+Both return a :class:`cvxdp.Measurement`, the input of ``cvxdp.nll``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+from .measurement import Measurement
+from .privacy import _positive, _probability, gaussian_sigma
+
+__all__ = ["l1_sensitivity", "l2_sensitivity", "laplace", "gaussian"]
+
+
+# ------------------------------------------------------------------ validation
+def _as_rng(rng: object) -> np.random.Generator:
+    """``None`` (fresh entropy), a non-negative int seed, or a ``Generator``."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, numbers.Integral) and not isinstance(rng, (bool, np.bool_)):
+        if rng < 0:
+            raise ValueError(f"rng seed must be non-negative, got {rng}")
+        return np.random.default_rng(int(rng))
+    raise ValueError(f"rng must be None, a non-negative int seed or a numpy.random.Generator, "
+                     f"got {type(rng).__name__}")
+
+
+def _as_query_matrix(queries: object, name: str = "queries") -> sp.csr_matrix:
+    """A finite 2-D float CSR matrix (a copy when conversion is needed)."""
+    if sp.issparse(queries):
+        Q = sp.csr_matrix(queries, dtype=float)
+    else:
+        try:
+            arr = np.asarray(queries, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a 2-D numeric matrix: {exc}") from None
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D matrix, got shape {arr.shape}")
+        Q = sp.csr_matrix(arr)
+    if not np.all(np.isfinite(Q.data)):
+        raise ValueError(f"{name} must be finite (contains NaN or inf)")
+    return Q
+
+
+def _as_data(data: object, n: int, shape: tuple[int, int]) -> np.ndarray:
+    """The data vector, flattened in C order; never writes to the caller's array."""
+    try:
+        x = np.asarray(data, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"data must be a numeric array: {exc}") from None
+    if x.size != n or x.ndim == 0:
+        raise ValueError(f"data must have {n} entries (queries have shape {shape}), "
+                         f"got shape {np.shape(data)}")
+    x = x.reshape(-1)
+    if not np.all(np.isfinite(x)):
+        bad = int(np.flatnonzero(~np.isfinite(x))[0])
+        raise ValueError(f"data must be finite (NaN or inf at index {bad})")
+    return x
+
+
+def _column_norms(queries: object, p: int) -> np.ndarray:
+    Q = _as_query_matrix(queries)
+    if p == 1:
+        return np.asarray(abs(Q).sum(axis=0)).ravel()
+    return np.sqrt(np.asarray(Q.multiply(Q).sum(axis=0)).ravel())
+
+
+# --------------------------------------------------------------- sensitivities
+def l1_sensitivity(queries: np.ndarray | sp.spmatrix) -> float:
+    """``max_j sum_i |Q_ij|``: the largest change of ``Q x`` in L1 norm when one
+    cell of ``x`` changes by 1 (add/remove-one-record neighbours).  ``0`` for a
+    matrix without columns."""
+    norms = _column_norms(queries, 1)
+    return float(norms.max()) if norms.size else 0.0
+
+
+def l2_sensitivity(queries: np.ndarray | sp.spmatrix) -> float:
+    """``max_j sqrt(sum_i Q_ij^2)``: the L2 analogue of :func:`l1_sensitivity`."""
+    norms = _column_norms(queries, 2)
+    return float(norms.max()) if norms.size else 0.0
+
+
+def _sensitivity(given: object, queries: sp.csr_matrix, p: int) -> float:
+    if given is not None:
+        return _positive(given, "sensitivity")
+    value = l1_sensitivity(queries) if p == 1 else l2_sensitivity(queries)
+    if value <= 0:
+        raise ValueError(f"queries have zero L{p} sensitivity (all entries are zero); "
+                         "nothing to protect")
+    return value
+
+
+# ------------------------------------------------------------------ mechanisms
+def laplace(queries: np.ndarray | sp.spmatrix, data: np.ndarray, epsilon: float,
+            rng: int | np.random.Generator | None = None,
+            sensitivity: float | None = None) -> Measurement:
+    """Laplace mechanism: ``y = Q x + e`` with ``e_i ~ Lap(b)`` i.i.d., ``b = Delta_1 / epsilon``.
+
+    Density ``exp(-|e| / b) / (2 b)``, variance ``2 b^2``; ``epsilon``-DP for
+    add/remove neighbours when ``Delta_1 >= l1_sensitivity(Q)`` (Dwork et al. 2006).
+
+    Parameters
+    ----------
+    queries : (m, n) dense or sparse query matrix ``Q``.
+    data : the ``n`` cell counts ``x`` (a 1-D array, or a contingency table
+        flattened in C order, the layout of :func:`cvxdp.workloads.marginal`).
+    epsilon : privacy parameter, > 0.
+    rng : ``None``, an int seed or a ``numpy.random.Generator``; the same seed
+        gives the same answers.
+    sensitivity : L1 sensitivity to calibrate to (default ``l1_sensitivity(Q)``).
+
+    Returns
+    -------
+    Measurement with ``noise="laplace"`` and ``scale=b``.
+    """
+    Q = _as_query_matrix(queries)
+    x = _as_data(data, Q.shape[1], Q.shape)
+    eps = _positive(epsilon, "epsilon")
+    gen = _as_rng(rng)
+    b = _sensitivity(sensitivity, Q, 1) / eps
+    answers = Q @ x + gen.laplace(0.0, b, size=Q.shape[0])
+    return Measurement(Q, answers, noise="laplace", scale=b)
+
+
+def gaussian(queries: np.ndarray | sp.spmatrix, data: np.ndarray, *,
+             sigma: float | None = None, epsilon: float | None = None,
+             delta: float | None = None, rho: float | None = None,
+             rng: int | np.random.Generator | None = None,
+             sensitivity: float | None = None) -> Measurement:
+    """Gaussian mechanism: ``y = Q x + e`` with ``e ~ N(0, sigma^2 I)``.
+
+    Give exactly one of
+
+    * ``sigma`` — the noise standard deviation itself;
+    * ``rho`` — zCDP budget: ``sigma = Delta_2 / sqrt(2 rho)`` (Bun & Steinke 2016);
+    * ``epsilon`` and ``delta`` — the smallest ``sigma`` that is exactly
+      ``(epsilon, delta)``-DP (analytic Gaussian mechanism, Balle & Wang 2018,
+      :func:`cvxdp.privacy.gaussian_sigma`).
+
+    ``Delta_2`` is ``sensitivity`` (default ``l2_sensitivity(Q)``); it is not
+    used, and must not be given, with ``sigma``.  Other parameters as in
+    :func:`laplace`.
+
+    Returns
+    -------
+    Measurement with ``noise="gaussian"`` and ``scale=sigma``.
+    """
+    Q = _as_query_matrix(queries)
+    x = _as_data(data, Q.shape[1], Q.shape)
+    given = [name for name, v in (("sigma", sigma), ("rho", rho), ("epsilon", epsilon),
+                                  ("delta", delta)) if v is not None]
+    if sigma is not None:
+        if len(given) > 1:
+            raise ValueError(f"give exactly one of sigma, rho, or (epsilon, delta); got {given}")
+        if sensitivity is not None:
+            raise ValueError("sensitivity has no effect when sigma is given; pass one or the other")
+        s = _positive(sigma, "sigma")
+    elif rho is not None:
+        if len(given) > 1:
+            raise ValueError(f"give exactly one of sigma, rho, or (epsilon, delta); got {given}")
+        r = _positive(rho, "rho")
+        s = _sensitivity(sensitivity, Q, 2) / np.sqrt(2.0 * r)
+    elif epsilon is not None and delta is not None:
+        eps = _positive(epsilon, "epsilon")
+        dlt = _probability(delta, "delta")
+        s = gaussian_sigma(eps, dlt, _sensitivity(sensitivity, Q, 2))
+    elif given:
+        missing = "delta" if epsilon is not None else "epsilon"
+        raise ValueError(f"epsilon and delta must be given together; {missing} is missing")
+    else:
+        raise ValueError("give exactly one of sigma, rho, or (epsilon, delta) to set the noise")
+    gen = _as_rng(rng)
+    answers = Q @ x + gen.normal(0.0, s, size=Q.shape[0])
+    return Measurement(Q, answers, noise="gaussian", scale=float(s))
