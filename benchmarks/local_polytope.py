@@ -446,7 +446,7 @@ def run_instance(name, adult, args, emit, state):
         if "clarabel" in only:
             est = inst["cells"] * state.get("clarabel_s_per_cell", CLARABEL_S_PER_CELL)
             if est > CLARABEL_MAX_EST and not args.force:
-                emit(row(label, "clarabel", f"skipped", notes=f"skipped (estimated {est / 60:.0f} min "
+                emit(row(label, "clarabel", "skipped", notes=f"skipped (estimated {est / 60:.0f} min "
                          f"at {state.get('clarabel_s_per_cell', CLARABEL_S_PER_CELL):.2g} s/cell, "
                          f"at least linear in the cells)"))
             else:

@@ -30,16 +30,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
-import math
 import sys
 import time
 import traceback

@@ -10,7 +10,8 @@ import logging as _logging
 
 import cvxpy as _cp
 
-from . import analysis, fitness, histograms, mechanisms, privacy, synth, workloads
+from . import analysis, fitness, histograms, mechanisms, synth, workloads
+from . import privacy as privacy    # a public namespace too (Gaussian accounting), not in __all__
 from .modelling.atoms import privacy_cost, query_variance
 from .modelling.constraints import HierarchicalHistogram, TreeConsistent, consistent, ordered
 from .dispatch import ADMM, METHODS, MIRROR_DESCENT, NEWTON_CG, solve

@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import cvxpy as cp
+
+from .methods.base import Recognised
+from .methods.registry import FAMILIES, method_for
 
 __all__ = ["Choice", "choose", "quick", "size_of", "standard_options", "FITS", "MARGIN", "STANDARD"]
 
@@ -69,46 +71,26 @@ class Choice:
                 "standard": STANDARD, "reason": self.reason}
 
 
-def choose(method_name: str, extraction, *, pinned: str | None = None) -> Choice:
-    """The choice for a problem ``method_name`` recognised (its ``extraction``).  ``pinned``
-    (why the user's options need the cvxdp method, e.g. one of its own options was given)
-    keeps the cvxdp method whatever the estimates say."""
-    family, size = _family(method_name, extraction)
+def choose(method_name: str, recognised: Recognised, *, pinned: str | None = None) -> Choice:
+    """The choice for a problem ``method_name`` recognised (``recognised``: the family that
+    did and its extraction; the family says what it will work on).  ``pinned`` (why the
+    user's options need the cvxdp method, e.g. one of its own options was given) keeps the
+    cvxdp method whatever the estimates say."""
+    family, size = recognised.family.cost(recognised.extraction)
     return _choose(method_name, family, size, pinned)
 
 
 def quick(problem: cp.Problem) -> tuple[str, Choice] | None:
     """``(method, choice)`` before recognition, for the families a cvxdp constraint states
-    (one :class:`cvxdp.MarginalPolytope` or :class:`cvxdp.LocalPolytope`): the size is read
-    off the constraint and the loss kind off the objective's atoms, so that a problem handed
-    to the standard solver does not pay for the method's recognition (at the sizes where
-    that happens, it is a sizeable part of the standard solver's time).  ``None`` otherwise."""
-    from .modelling.local_polytope import LocalPolytope
-    from .modelling.marginal_polytope import MarginalPolytope
-    cons = [c for c in problem.constraints if isinstance(c, (MarginalPolytope, LocalPolytope))]
-    if len(cons) != 1:
-        return None
-    loss = "l1" if _has_l1(problem.objective.expr) else "l2"
-    c = cons[0]
-    if isinstance(c, MarginalPolytope):
-        method, family, size = "CVXDP_MIRROR_DESCENT", f"marginal_polytope/{loss}", int(sum(c.tree.cells))
-    else:
-        method, family, size = "CVXDP_ADMM", f"local_polytope/{loss}", int(c.graph.n)
-    return method, _choose(method, family, size, None)
-
-
-def _has_l1(expr) -> bool:
-    """Whether an absolute-value atom (``abs``, ``norm1``, a 1-norm) occurs in ``expr``."""
-    from cvxpy.atoms.elementwise.abs import abs as abs_atom
-    from cvxpy.atoms.norm1 import norm1
-    from cvxpy.atoms.pnorm import Pnorm
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, (abs_atom, norm1)) or (isinstance(e, Pnorm) and float(e.p) == 1.0):
-            return True
-        stack.extend(e.args)
-    return False
+    (one :class:`cvxdp.MarginalPolytope` or :class:`cvxdp.LocalPolytope`: each family is asked,
+    ``cost_before_recognition``), so that a problem handed to the standard solver does not pay
+    for the method's recognition (at the sizes where that happens, it is a sizeable part of
+    the standard solver's time).  ``None`` otherwise."""
+    for family in FAMILIES:
+        found = family.cost_before_recognition(problem)
+        if found is not None:
+            return family.name, _choose(family.name, found[0], found[1], None)
+    return None
 
 
 def _choose(method_name: str, family: str, size: int, pinned: str | None) -> Choice:
@@ -154,43 +136,5 @@ def standard_options(*, max_iters: int | None, eps_abs: float | None, eps_rel: f
 
 def size_of(method_name: str, problem: cp.Problem) -> tuple[str, int]:
     """The family and size the model reads for ``problem`` under ``method_name``."""
-    from .dispatch import _method_for
-    m = _method_for(method_name)
-    return _family(m.name, m.recognise(problem))
-
-
-def _family(method_name: str, ext) -> tuple[str, int]:
-    """``(family/loss, size)``: the structure the method will exploit, the loss kind
-    (``l1``, ``l2`` or ``mixed``) and the number of unknowns it works on."""
-    from .recognise.consistency import Extraction
-    from .recognise.clique_marginals import MarginalExtraction
-    from .recognise.fitness import FitnessExtraction
-    if isinstance(ext, FitnessExtraction):
-        return "newton_cg", int(ext.B.shape[0])
-    if isinstance(ext, MarginalExtraction):
-        loss = "l2" if ext.loss.smooth else "l1"
-        if hasattr(ext.constraint, "tree"):
-            return f"marginal_polytope/{loss}", int(sum(ext.constraint.tree.cells))
-        return f"local_polytope/{loss}", int(ext.constraint.graph.n)
-    if isinstance(ext, Extraction):
-        return _admm_family(ext.data), int(ext.data.n)
-    return "unknown", 0
-
-
-def _admm_family(data) -> str:
-    from .solvers.consistency import isotonic_l1 as admm_isotonic
-    from .solvers.consistency import histogram_tree
-    l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
-    loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
-    if admm_isotonic.applies(data):
-        return "exact_isotonic"
-    tree = histogram_tree.detect(data, data.shape)
-    if tree is not None:
-        if not tree.l1 and not tree.nonneg:
-            return "exact_gls"
-        return f"histogram_tree/{loss}"
-    if data.forest_hint is not None or (not data.has_chains and data.tree_queries() is not None):
-        return f"admm_tree/{loss}"
-    if data.forest_rows() is not None:
-        return f"admm_tree/{loss}"
-    return f"admm_general/{loss}"
+    recognised = method_for(method_name).recognise(problem)
+    return recognised.family.cost(recognised.extraction)

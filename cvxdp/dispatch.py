@@ -19,44 +19,26 @@ import numpy as np
 import cvxpy as cp
 
 from . import cost_model
-from .methods.compat import annotate_extra_stats, set_status, write_solution
 from .errors import NotRecognised
-from .methods.input_check import check_problem_data
 from .methods import certify
+from .methods.base import Method, Outcome, Recognised, extra_stats
 from .methods.certify import check_point
-from .methods.consistency import ADMMMethod
-from .methods.base import Method, Outcome, extra_stats
-from .methods.marginal_polytope import MirrorDescentMethod
-from .methods.fitness import NewtonCGMethod
+from .methods.compat import annotate_extra_stats, set_status, write_solution
+from .methods.input_check import check_problem_data
 from .methods.options import SHARED_NAMES
+from .methods.registry import METHODS, method_for
 from .methods.warm_start import CACHE, fingerprint
+from .names import ADMM, MIRROR_DESCENT, NEWTON_CG
 from .solvers.result import SOLUTION_PRESENT
 
 __all__ = ["solve", "ADMM", "NEWTON_CG", "MIRROR_DESCENT", "METHODS"]
 
 LOGGER = logging.getLogger("cvxdp")
 
-ADMM = ADMMMethod.name
-NEWTON_CG = NewtonCGMethod.name
-MIRROR_DESCENT = MirrorDescentMethod.name
-
-#: cvxdp methods in the order ``solver=None`` tries them
-METHODS: dict[str, Method] = {ADMM: ADMMMethod(), NEWTON_CG: NewtonCGMethod(),
-                              MIRROR_DESCENT: MirrorDescentMethod()}
-_ALIASES = {"ADMM": ADMM, "CVXDP_ADMM": ADMM, "NEWTON_CG": NEWTON_CG, "CVXDP_NEWTON_CG": NEWTON_CG,
-            "MIRROR_DESCENT": MIRROR_DESCENT, "CVXDP_MIRROR_DESCENT": MIRROR_DESCENT}
-
 #: options every cvxdp method understands
 SHARED_OPTIONS = SHARED_NAMES
 # cvxpy's own Problem.solve keywords that make sense only for its solvers
 _CVXPY_ONLY = ("gp", "qcp", "requires_grad", "enforce_dpp", "ignore_dpp", "canon_backend")
-
-
-def _method_for(name) -> Method | None:
-    if name is None:
-        return None
-    key = _ALIASES.get(str(name).upper())
-    return METHODS.get(key) if key else None
 
 
 def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | None = None,
@@ -94,7 +76,7 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     """
     if not isinstance(problem, cp.Problem):
         raise TypeError(f"solve: problem must be a cvxpy Problem, got {type(problem).__name__}")
-    method = _method_for(solver)
+    method = method_for(solver)
     if solver is not None and method is None:
         return _passthrough(problem, solver, warm_start, verbose, kwargs,
                             max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
@@ -121,11 +103,11 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         if problem.status not in _HAND_BACK:
             return value
         early = _instead(early, problem.status)
-    chosen, extraction = _recognise(problem, method, fallback, verbose)
+    chosen, recognised = _recognise(problem, method, fallback, verbose)
     if chosen is None:
         return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
     settings = chosen.options.parse(given)
-    choice = early or _choose(solver, chosen, extraction, kwargs, callback, verify)
+    choice = early or _choose(solver, chosen, recognised, kwargs, callback, verify)
     compile_time = time.perf_counter() - t0
     if verbose:
         _ensure_handler()
@@ -140,7 +122,7 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         choice = {**choice, "solver": chosen.name}
     digest = fingerprint(problem)           # Parameter values are hashed once per solve
     cached = CACHE.get(problem, chosen.name, digest) if settings.warm_start else None
-    outcome = chosen.solve(problem, extraction, settings, cached=cached)
+    outcome = chosen.solve(problem, recognised, settings, cached=cached)
     CACHE.put(problem, chosen.name, outcome.state, digest)
     _finish(problem, chosen.name, outcome, settings, compile_time, choice)
     if verbose:
@@ -148,8 +130,9 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     return problem.value
 
 
-def _recognise(problem: cp.Problem, method: Method | None, fallback, verbose):
-    """The first method that recognises ``problem`` and its extraction; ``(None, None)``
+def _recognise(problem: cp.Problem, method: Method | None, fallback,
+               verbose) -> tuple[Method | None, Recognised | None]:
+    """The first method that recognises ``problem`` and what it recognised; ``(None, None)``
     when none does and a fallback solver was given."""
     errors = []
     for m in [method] if method is not None else list(METHODS.values()):
@@ -168,13 +151,14 @@ def _recognise(problem: cp.Problem, method: Method | None, fallback, verbose):
                         "; ".join(e.found for e in errors))
 
 
-def _choose(solver, chosen: Method, extraction, kwargs: dict, callback, verify) -> dict:
+def _choose(solver, chosen: Method, recognised: Recognised, kwargs: dict, callback,
+            verify) -> dict:
     """``extra_stats["choice"]``: a named method is never second-guessed; for ``solver=None``
     the cost model decides, unless an option only the cvxdp method understands was given."""
     if solver is not None:
         return {"solver": chosen.name, "reason": f"solver={solver!r} given"}
     pinned = _pinned(chosen, kwargs, callback, verify)
-    return cost_model.choose(chosen.name, extraction, pinned=pinned).as_dict()
+    return cost_model.choose(chosen.name, recognised, pinned=pinned).as_dict()
 
 
 def _pinned(method: Method, kwargs: dict, callback, verify) -> str | None:

@@ -19,11 +19,13 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
-from .modelling import mechanisms
-from .modelling import workloads
+from .modelling import mechanisms, workloads
 from .modelling.constraints import consistent
-from .dispatch import ADMM
+from .modelling.domain import Domain
+from .modelling.fitness import fitness_problem
 from .modelling.losses import elastic_net, nll
+from .modelling.marginal_polytope import MarginalPolytope
+from .names import ADMM, MIRROR_DESCENT, NEWTON_CG
 
 __all__ = ["run_tour", "TourRow", "adult_dir", "format_header", "format_row", "format_rows"]
 
@@ -156,8 +158,6 @@ def _sorted_rows(fast: bool = False) -> list[TourRow]:
 
 def _fitness_rows(d: int) -> list[TourRow]:
     """Fitness for use (Xiao et al. 2021): per-query variance targets on the prefix workload."""
-    from .dispatch import NEWTON_CG
-    from .modelling.fitness import fitness_problem
 
     W = np.tril(np.ones((d, d)))
     c = np.linspace(1.0, 2.0, d)
@@ -172,9 +172,6 @@ def _fitness_rows(d: int) -> list[TourRow]:
 def _marginal_rows(fast: bool) -> list[TourRow]:
     """Marginal polytope (McKenna et al. 2019): noisy Adult marginals (or synthetic) -> one
     consistent distribution; MIRROR_DESCENT vs Clarabel on the junction tree's local polytope."""
-    from .dispatch import MIRROR_DESCENT
-    from .modelling.domain import Domain
-    from .modelling.marginal_polytope import MarginalPolytope
 
     d = adult_dir()
     attrs = ["workclass", "race", "sex", "relationship", "income>50K"]

@@ -115,7 +115,12 @@ templates_path = ["_templates"]
 
 # -- API reference ---------------------------------------------------------------------------
 autosummary_generate = True
-autosummary_imported_members = False
+# the public namespaces (cvxdp.workloads, ...) hold their code's names, imported from
+# cvxdp.modelling / cvxdp.estimates: document exactly the names in their __all__
+autosummary_imported_members = True
+autosummary_ignore_module_all = False
+# a name in cvxdp.__all__ is documented once, at the top level; module pages link there
+autosummary_context = {"top_level": set(cvxdp.__all__)}
 autodoc_default_options = {"show-inheritance": True}     # members: listed per directive
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

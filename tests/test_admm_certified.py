@@ -83,7 +83,8 @@ class Instance:
 
     def normalized(self, s: float) -> "Instance":
         """The same problem in units of ``s`` (``x = s x'``): same optimal value."""
-        f = lambda v: None if v is None else v / s
+        def f(v):
+            return None if v is None else v / s
         return Instance(self.M, self.y / s, self.w1 * s, self.w2 * s * s, self.A, f(self.b),
                         self.lo / s, self.up / s, self.chains, self.expect)
 
@@ -458,7 +459,7 @@ def test_hierarchy_over_leaf_counts_takes_the_tree_path(loss):
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
     elapsed = time.perf_counter() - t
     assert prob.status == cp.OPTIMAL
-    assert "tree" in method_info(prob, "splitting")
+    assert "tree" in method_info(prob, "route")
     assert abs(prob.value - ref) <= 2e-6 * max(1.0, abs(ref))
     assert float(np.min(x.value)) >= -1e-6
     assert elapsed < 10.0
@@ -529,7 +530,7 @@ def test_a_loss_row_without_a_variable_is_a_constant_of_the_separable_path():
     prob = cp.Problem(cp.Minimize(obj), [cvxdp.HierarchicalHistogram(geo, X), X >= 0])
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-8)
     stats = prob.solver_stats.extra_stats
-    assert stats["info"]["splitting"] == "separable/tree"
+    assert stats["info"]["route"] == "ADMM separable/tree"
     assert prob.status == cp.OPTIMAL, stats.get("reason")
     ours = prob.value
     assert ours == pytest.approx(prob.solve(solver=cp.CLARABEL), rel=1e-6, abs=1e-9)

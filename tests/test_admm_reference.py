@@ -85,7 +85,7 @@ def test_tree_l2_without_bounds_is_the_tree_projection():
 def test_plain_sparse_spelling_takes_the_tree_path():
     prob, x, tree, _ = tree_problem("l1", 64, 2, 1.0, 5, plain=True)
     check_against(prob)
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "separable/tree"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM separable/tree"
 
 
 @pytest.mark.parametrize("loss", ["l1", "en"])
@@ -104,7 +104,7 @@ def test_matrix_mechanism_form():
     x = cp.Variable(n)
     prob = cp.Problem(cp.Minimize(cvxdp.nll(meas, x)), [x >= 0])
     check_against(prob, rel_obj=1e-7)
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "general"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
 
 
 def test_l1_optimum_matches_highs_lp():
@@ -132,8 +132,8 @@ def test_sorted_histogram_order_constraints(loss):
     prob = cp.Problem(cp.Minimize(obj), [x[:-1] <= x[1:], x >= 0])
     check_against(prob, unique=(loss == "l2"))
     # L1 under order chains is solved exactly (L1 isotonic regression), L2 by the ADMM
-    want = "L1 isotonic regression (exact)" if loss == "l1" else "separable/order"
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == want
+    want = "isotonic L1 (exact)" if loss == "l1" else "ADMM separable/order"
+    assert prob.solver_stats.extra_stats["info"]["route"] == want
 
 
 def test_groups_with_different_scales_and_repeated_measurements():
@@ -172,7 +172,7 @@ def test_kgram_prefix_consistency_forest():
     x = cp.Variable(n)
     prob = cp.Problem(cp.Minimize(cp.norm1(x - noisy)), [A @ x == 0, x >= 0])
     check_against(prob)
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "separable/tree"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM separable/tree"
 
 
 def test_nonneg_variable_attribute_and_upper_bounds():
@@ -274,7 +274,7 @@ def test_matrix_mechanism_random_ranges_with_known_total(seed):
     x = cp.Variable(n)
     prob = cp.Problem(cp.Minimize(cvxdp.nll(meas, x)), [x >= 0, cp.sum(x) == data.sum()])
     check_against(prob, rel_obj=1e-7)
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "general"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
 
 
 @pytest.mark.parametrize("loss", ["l1", "en"])
@@ -284,6 +284,6 @@ def test_penalty_split_algorithm_1(loss):
     ref_val, _, _ = reference(prob)
     val, _, _ = solve_admm(prob, equality_split="penalty", eps_rel=1e-7)
     assert prob.status == cp.OPTIMAL
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "general/penalty"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM general/penalty"
     assert abs(val - ref_val) <= 1e-6 * abs(ref_val)
     assert max_violation(prob) <= 1e-6

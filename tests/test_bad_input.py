@@ -1,7 +1,6 @@
 """Bad input fails early and clearly; infeasibility is a status, never garbage."""
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp

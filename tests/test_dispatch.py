@@ -55,7 +55,7 @@ def test_statistics_and_private_attributes_written_once():
     assert st.num_iters > 0 and st.solve_time > 0 and st.setup_time >= 0
     assert p.compilation_time is not None and p.compilation_time >= 0
     assert tuple(st.extra_stats) == cvxdp.methods.base.EXTRA_STATS_KEYS
-    for key in ("splitting", "constraint_violation", "rho", "polish"):
+    for key in ("route", "constraint_violation", "rho", "polish"):
         assert key in st.extra_stats["info"]
     assert st.extra_stats["gap"] <= 1e-6
 

@@ -51,7 +51,7 @@ def test_against_clarabel(seed, nonneg):
     prob, X = model(geo, k, Y, Q, Ym, nonneg, "class" if seed % 2 else "plain")
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-9)
     assert prob.status == "optimal"
-    assert prob.solver_stats.extra_stats["info"]["splitting"].startswith("histogram tree")
+    assert prob.solver_stats.extra_stats["info"]["route"].startswith("tree ")
     ours, x_ours, dual = prob.value, X.value, prob.constraints[0].dual_value
     lam_ours = prob.constraints[1].dual_value if nonneg else None
     assert dual is not None
@@ -95,7 +95,7 @@ def test_exact_invariants(seed):
     prob, X = model(geo, k, Y, Q, Ym, False, "class", (units, totals))
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-9)
     assert prob.status == "optimal"
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "histogram tree GLS"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "tree GLS (exact)"
     ours, x_ours = prob.value, X.value
     np.testing.assert_allclose(x_ours[units].sum(axis=1), totals, atol=1e-9)
     prob.solve(solver=cp.CLARABEL, **TIGHT)
@@ -113,7 +113,7 @@ def test_nonnegative_with_total_invariants(seed):
     prob, X = model(geo, k, Y, Q, Ym, True, "class", (units, totals))
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-8)
     assert prob.status == "optimal"
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "histogram tree (non-negative ADMM)"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "tree ADMM (non-negative GLS)"
     ours, x_ours = prob.value, X.value
     assert np.all(x_ours >= 0)
     np.testing.assert_allclose(x_ours[units].sum(axis=1), totals, atol=1e-9)
@@ -138,7 +138,7 @@ def test_l1_with_nonnegativity_takes_the_tree_path(seed):
     prob = cp.Problem(cp.Minimize(obj), [cvxdp.HierarchicalHistogram(geo, X), X >= 0])
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-7)
     assert prob.status == "optimal"
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "histogram tree (non-negative L1 ADMM)"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "tree ADMM (non-negative L1)"
     ours, x_ours = prob.value, X.value
     nu, lam = prob.constraints[0].dual_value, prob.constraints[1].dual_value
     assert np.all(x_ours >= 0)
@@ -172,7 +172,7 @@ def test_outside_the_structure_the_general_admm_runs():
                       [cvxdp.HierarchicalHistogram(geo, X)])
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-6)
     assert prob.status == "optimal"
-    assert not str(prob.solver_stats.extra_stats["info"]["splitting"]).startswith("histogram tree")
+    assert not str(prob.solver_stats.extra_stats["info"]["route"]).startswith("tree ")
     ours = prob.value
     prob.solve(solver=cp.CLARABEL)
     assert ours == pytest.approx(prob.value, rel=1e-5)
@@ -245,7 +245,7 @@ def test_terms_outside_the_kronecker_layout_still_solve():
     prob = cp.Problem(cp.Minimize(obj), [cvxdp.HierarchicalHistogram(geo, X), X >= 0])
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-9)
     assert prob.status == "optimal"
-    assert prob.solver_stats.extra_stats["info"]["splitting"].startswith("histogram tree")
+    assert prob.solver_stats.extra_stats["info"]["route"].startswith("tree ")
     ours = prob.value
     prob.solve(solver=cp.CLARABEL, **TIGHT)
     assert ours == pytest.approx(prob.value, rel=1e-7)

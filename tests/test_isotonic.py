@@ -104,7 +104,7 @@ def test_l1_under_order_solves_exactly_through_cvxpy(n):
     prob = cp.Problem(cp.Minimize(cp.norm1(x - y)), [cvxdp.ordered(x), x >= 0])
     prob.solve(method="cvxdp", solver=cvxdp.ADMM)
     assert prob.status == "optimal"
-    assert prob.solver_stats.extra_stats["info"]["splitting"] == "L1 isotonic regression (exact)"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "isotonic L1 (exact)"
     assert prob.solver_stats.extra_stats["duals_certified"]
     ours = prob.value
     prob.solve(solver=cp.HIGHS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import cvxpy as cp
-import scipy.sparse as sp
 
 import cvxdp
 from cvxdp.solvers.marginal.inference import GraphicalModel

@@ -3,7 +3,6 @@ the junction-tree oracle against brute force, known answers, unknown totals, bad
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -12,8 +11,6 @@ import scipy.sparse as sp
 
 import cvxdp
 from cvxdp.solvers.marginal.junction_tree import JunctionTree, ModelTooLarge
-from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
-from cvxdp.solvers.marginal.mirror_descent import MarginalProblem, MirrorSettings, solve as md_solve
 
 
 # ---------------------------------------------------------------- helpers

@@ -294,14 +294,9 @@ def test_too_large_for_a_junction_tree(mbi):
     dom, ms = _instance(mbi, 1)
     with pytest.raises(cvxdp.ModelTooLarge):
         synth.estimate(dom, ms, polytope="marginal", max_cells=2)
-    if synth._local_polytope() is None:
-        with pytest.raises(cvxdp.ModelTooLarge):
-            synth.estimate(dom, ms, max_cells=2)
 
 
 def test_local_polytope_route(mbi):
-    if synth._local_polytope() is None:
-        pytest.skip("this cvxdp has no LocalPolytope (with a model method) yet")
     dom, ms = _instance(mbi, 2, extra_edges=0)           # a tree: local = marginal polytope
     model = synth.estimate(dom, ms, polytope="local", **SOLVE)
     ref, _ = _cvxdp_reference(dom, ms)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import cvxdp
-from cvxdp.solvers.tree.forest import Forest
 from cvxdp.solvers.tree.gls import Block, TreeGLS
 from conftest import random_parent
 

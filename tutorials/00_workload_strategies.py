@@ -275,7 +275,7 @@ for name in ("identity", "binary tree", "Haar wavelet"):
 
 # %%
 ORDER = ["identity", "every range, raw", "every range", "binary tree", "Haar wavelet"]
-print(f"\ntotal expected squared error on all ranges (x 1/eps^2); mean per query in brackets")
+print("\ntotal expected squared error on all ranges (x 1/eps^2); mean per query in brackets")
 print(f"  {'n':>6}" + "".join(f"{s:>27}" for s in ORDER))
 for i, n in enumerate(ns):
     print(f"  {n:>6}" + "".join(f"{total[s][i]:>14.3e} ({total[s][i] / n_queries[i]:>9.3g})"

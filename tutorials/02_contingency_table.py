@@ -138,7 +138,7 @@ for name, solver in (("cvxdp.ADMM", cvxdp.ADMM), ("Clarabel", cp.CLARABEL)):
           f"solve_time={stats.solve_time} setup_time={stats.setup_time}")
     if stats.solver_name == cvxdp.ADMM:
         es = stats.extra_stats
-        print(f"  extra_stats: splitting={es['info']['splitting']!r} gap={es['gap']:.2e} "
+        print(f"  extra_stats: route={es['info']['route']!r} gap={es['gap']:.2e} "
               f"lower_bound={es['lower_bound']:.8f} primal_residual={es['primal_residual']:.2e} "
               f"dual_residual={es['dual_residual']:.2e} rho={es['info']['rho']:.3g} polish={es['info']['polish']}")
 

@@ -451,7 +451,7 @@ print(f"epsilon {e_mid:g}: {prob.status}, {prob.solver_stats.num_iters} iteratio
       f"{model.total:,.0f} records on cliques {model.cliques}")
 
 unmeasured = [("marital-status", "sex"), ("education-num", "occupation"), ("age", "sex")]
-print(f"\nunmeasured marginals, L1 error / N (fraction of records misplaced; 0 .. 2):")
+print("\nunmeasured marginals, L1 error / N (fraction of records misplaced; 0 .. 2):")
 for pair in unmeasured:
     est = model.marginal(pair)
     true = dom.count(data, pair)

@@ -88,7 +88,7 @@ def solve_both(prob, var, label, **admm_options):
         extra = ""
         if stats.solver_name == cvxdp.ADMM:
             es = stats.extra_stats
-            extra = (f", splitting {es['info']['splitting']!r}, certified gap {es['gap']:.1e}, "
+            extra = (f", route {es['info']['route']!r}, certified gap {es['gap']:.1e}, "
                      f"polished {bool(es['info']['polish'] and es['info']['polish'].get('success'))}")
         print(f"  {label:<26} {name:<11} objective {prob.value:.10g}  {seconds:7.3f} s  "
               f"iterations {stats.num_iters}{extra}")
@@ -369,7 +369,7 @@ for name, sol in (("noisy", y_seq), ("L2 isotonic", res_l2["cvxdp.ADMM"][1]),
 # Clarabel.  **The L1 model needs no iterations**: L1 isotonic regression has
 # an exact O(n log n) algorithm (pooling blocks at their weighted medians, by
 # partitioning), which `cvxdp.ADMM` runs directly
-# (`extra_stats["info"]["splitting"]` is `'L1 isotonic regression (exact)'`):
+# (`extra_stats["info"]["route"]` is `'isotonic L1 (exact)'`):
 # 0.031 s against 0.86 s for Clarabel and 0.61 s for HiGHS, the same objective
 # as HiGHS's to the last printed digit.  (Before this path, ADMM needed 23,851
 # iterations, 8.2 s, to certify a 1e-6 gap.)  Clarabel's objective is 1.1e-4
@@ -487,7 +487,7 @@ print(f"saved {path}")
 # a sparse matrix `A x = 0` with one row per `$`-free gram shorter than `K`
 # (`+1` on the gram, `-1` on its children).  Nothing tells cvxdp that it is a
 # tree; its ADMM finds the forest in the rows and uses the O(n) tree
-# projection (`extra_stats["info"]["splitting"] == "separable/tree"`).
+# projection (`extra_stats["info"]["route"] == "ADMM separable/tree"`).
 #
 # **Privacy.**  Neighbouring data sets differ by one whole sequence (added or
 # removed), of length at most `L_max` (longer ones would be truncated).  A
@@ -622,8 +622,8 @@ x = cp.Variable(grams.n)
 prob_kl2 = cp.Problem(cp.Minimize(cp.sum_squares(x - y_k.answers)), [grams.A @ x == 0])
 res_kl2 = solve_both(prob_kl2, x, "L2, A x = 0")
 prob_kl2.solve(method="cvxdp", solver=cvxdp.ADMM)
-print(f"  prob.solver_stats.extra_stats['info']['splitting'] = "
-      f"{prob_kl2.solver_stats.extra_stats['info']['splitting']!r}")
+print(f"  prob.solver_stats.extra_stats['info']['route'] = "
+      f"{prob_kl2.solver_stats.extra_stats['info']['route']!r}")
 prob_kl1 = cp.Problem(cp.Minimize(cvxdp.nll(y_k, x)), [grams.A @ x == 0])
 res_kl1 = solve_both(prob_kl1, x, "L1 (nll), A x = 0")
 
@@ -641,7 +641,7 @@ print(f"  {'all':>6} {grams.n:>6}" + "".join(f"{v:>10.1f}" for v in row))
 # What the run shows (full mode, sparse data set, one release at epsilon = 1):
 #
 # * The prefix constraints, given only as a sparse `A @ x == 0`, were
-#   recognised as a forest (`splitting = 'separable/tree'`); the L2 solve is
+#   recognised as a forest (`route = 'ADMM separable/tree'`); the L2 solve is
 #   one tree projection (ADMM 0.008 s vs Clarabel 0.011 s, 9e-13 apart).
 # * Consistency alone (L2) cuts the error over all counts from 3,366 to 2,668
 #   (0.79x), most on the 1-grams (0.42x): they are the roots, averaged with all

@@ -98,7 +98,7 @@ gls = cp.Problem(cp.Minimize(loss), [cvxdp.HierarchicalHistogram(geo, X)])
 t = time.perf_counter()
 gls.solve(method="cvxdp", solver=cvxdp.ADMM)
 t_ours, f_ours, x_gls = time.perf_counter() - t, gls.value, X.value
-print(f"GLS, cvxdp.ADMM: {t_ours:.2f} s, {gls.solver_stats.extra_stats['info']['splitting']}")
+print(f"GLS, cvxdp.ADMM: {t_ours:.2f} s, {gls.solver_stats.extra_stats['info']['route']}")
 t = time.perf_counter()
 gls.solve(solver=cp.CLARABEL)
 print(f"GLS, Clarabel:   {time.perf_counter() - t:.2f} s; relative objective gap "

@@ -1,4 +1,4 @@
-"""A graphical model of bounded size fitted to the consistent marginals of a :class:`LocalPolytope`.
+"""A graphical model of bounded size fitted to the consistent marginals of a :class:`cvxdp.LocalPolytope`.
 
 After a solve, a :class:`cvxdp.LocalPolytope` holds clique marginals ``mu_C`` (non-negative,
 one total ``N``) that agree on every attribute set two cliques share.  They answer exactly
@@ -66,14 +66,34 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+import cvxpy as cp
+
 from ..modelling.domain import Domain
-from .graphical_model import GraphicalModel
-from ..modelling.local_polytope import LocalPolytope
+from ..modelling.marginal_polytope import MarginalPolytope
+from ..names import MIRROR_DESCENT
 from ..solvers.marginal.junction_tree import JunctionTree, ModelTooLarge
+from .graphical_model import GraphicalModel
+
+
+@runtime_checkable
+class ConsistentMarginals(Protocol):
+    """What :func:`fit_model` reads of a solved constraint: clique marginals that agree wherever
+    they overlap (a :class:`cvxdp.LocalPolytope` after a solve)."""
+
+    domain: Domain
+    cliques: list
+    total: Any
+    fitted_total: float | None       # a property of the constraint
+
+    def known_total(self) -> float | None: ...
+
+    def tables(self) -> list[np.ndarray] | None: ...
+
+    def marginal(self, attrs: Any) -> np.ndarray: ...
 
 __all__ = ["fit_model", "ModelFit", "total_correlation", "bic_score", "METHODS", "SCORES"]
 
@@ -294,7 +314,7 @@ def _check_max_cells(max_cells: Any) -> int:
     return int(max_cells)
 
 
-def _check_cliques(cliques: Any, con: LocalPolytope) -> list[Clique]:
+def _check_cliques(cliques: Any, con: ConsistentMarginals) -> list[Clique]:
     dom = con.domain
     if isinstance(cliques, (str, bytes)) or not isinstance(cliques, Sequence) or not cliques:
         raise ValueError(f"fit_model: cliques must be a non-empty sequence of attribute tuples "
@@ -316,7 +336,7 @@ def _check_cliques(cliques: Any, con: LocalPolytope) -> list[Clique]:
 
 
 # ---------------------------------------------------------------------------- the fit
-def fit_model(constraint: LocalPolytope, *, max_cells: int = 2 ** 20,
+def fit_model(constraint: ConsistentMarginals, *, max_cells: int = 2 ** 20,
               cliques: Sequence[Sequence[str] | str] | None = None,
               method: str = "decomposable", score: str | Callable[[np.ndarray, float], float] = "bic",
               solve_options: Mapping[str, Any] | None = None) -> GraphicalModel:
@@ -347,7 +367,7 @@ def fit_model(constraint: LocalPolytope, *, max_cells: int = 2 ** 20,
     argument.
     """
     t_start = time.perf_counter()
-    if not isinstance(constraint, LocalPolytope):
+    if not isinstance(constraint, ConsistentMarginals):
         raise ValueError(f"fit_model: constraint must be a cvxdp.LocalPolytope, got "
                          f"{type(constraint).__name__}")
     max_cells = _check_max_cells(max_cells)
@@ -477,15 +497,10 @@ def _product_marginal(sel: list[tuple[int, ...]], tabs: list[np.ndarray], parent
     return np.transpose(m, [order.index(a) for a in target])
 
 
-def _fit_mirror_descent(constraint: LocalPolytope, selected: list[Clique], table, total: float,
+def _fit_mirror_descent(constraint: ConsistentMarginals, selected: list[Clique], table, total: float,
                         max_cells: int, options: dict[str, Any]
                         ) -> tuple[GraphicalModel, JunctionTree, dict[str, Any]]:
     """``minimize sum_C ||x_C - mu_C||^2 / total`` over the marginal polytope of ``selected``."""
-    import cvxpy as cp
-
-    from ..dispatch import MIRROR_DESCENT
-    from ..modelling.marginal_polytope import MarginalPolytope
-
     dom = constraint.domain
     x = {c: cp.Variable(dom.shape(c)) for c in selected}
     mp = MarginalPolytope(x, dom, total=total, max_cells=max_cells)

@@ -104,11 +104,13 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 
-from ..dispatch import ADMM, MIRROR_DESCENT
+from ..names import ADMM, MIRROR_DESCENT
 from ..modelling.domain import Domain
+from ..modelling.local_polytope import LocalPolytope
 from ..modelling.marginal_polytope import MarginalPolytope, ModelTooLarge
 
-__all__ = ["estimate", "estimator", "with_cvxdp", "CvxdpEstimator", "LOG_FLOOR"]
+# CvxdpEstimator: made on first use by the module __getattr__ (it needs the optional mbi)
+__all__ = ["estimate", "estimator", "with_cvxdp", "CvxdpEstimator", "LOG_FLOOR"]  # noqa: F822
 
 #: empty cells get this probability (not 0) in the log-potentials of the returned model
 LOG_FLOOR = 1e-300
@@ -306,13 +308,9 @@ class _Fit:
             try:
                 return MarginalPolytope(marginals, self.domain, self.total, **kw), "marginal"
             except ModelTooLarge:
-                if polytope == "marginal" or _local_polytope() is None:
+                if polytope == "marginal":
                     raise
-        local = _local_polytope()
-        if local is None:
-            raise NotImplementedError("cvxdp.synth: this cvxdp has no LocalPolytope (with a "
-                                      "model method)")
-        return local(marginals, self.domain, self.total), "local"
+        return LocalPolytope(marginals, self.domain, self.total), "local"
 
     # ---------------------------------------------------------------- back to mbi
     def model(self, constraint, kind: str):
@@ -344,13 +342,6 @@ class _Fit:
             names = self.names
             _attach_answers(out, lambda attrs: gm.marginal([names[a] for a in attrs]))
         return out
-
-
-def _local_polytope():
-    """``cvxdp.LocalPolytope`` when this cvxdp has it (with its ``model`` method), else None."""
-    import cvxdp
-    local = getattr(cvxdp, "LocalPolytope", None)
-    return local if local is not None and hasattr(local, "model") else None
 
 
 def _marginalizer(home: tuple, clique: tuple, mdomain) -> sp.csr_matrix:

@@ -1,4 +1,21 @@
-"""cvxdp.ADMM: recognise -> extract arrays -> solvers.admm -> write back."""
+"""``cvxdp.ADMM`` on the consistency family: recognise -> arrays -> the numerical layer -> back.
+
+The family: L1 / squared / elastic-net losses of affine expressions under linear equalities,
+bounds and order chains (:mod:`cvxdp.recognise.consistency`).  The numerical layer
+(:func:`cvxdp.solvers.consistency.admm.solve`) takes one of these routes, reported as
+``extra_stats["info"]["route"]``:
+
+* ``"tree GLS (exact)"`` -- a histogram at every unit of a tree with squared losses and no
+  bounds: the exact generalised least squares (two passes, no iterations);
+* ``"tree ADMM (non-negative GLS)"`` / ``"tree ADMM (L1)"`` -- the same with ``X >= 0``
+  (squared / absolute losses): an ADMM whose every step is an exact tree solve;
+* ``"isotonic L1 (exact)"`` -- L1 losses under order chains: exact L1 isotonic regression;
+* ``"ADMM lifted tree"`` -- a hierarchy's query matrix over the leaves: solved over the
+  nodes, where the loss is separable and consistency is the tree projection;
+* ``"ADMM separable/..."`` -- a separable loss and one constraint set, projected onto
+  (``tree``: the two-pass projection; ``affine``: a cached factorisation; ``chains``: PAVA);
+* ``"ADMM general"`` -- any other loss matrix (the matrix mechanism): the residual split.
+"""
 from __future__ import annotations
 
 import math
@@ -8,18 +25,18 @@ import numpy as np
 import cvxpy as cp
 
 from ..solvers.consistency import admm as admm_solver
+from ..solvers.consistency import histogram_tree, isotonic_l1
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
-from ..modelling.local_polytope import LocalPolytope
+from ..names import ADMM
 from ..recognise.consistency import Extraction, recognise
-from ..recognise.clique_marginals import MarginalExtraction, recognise_local
 from .base import Outcome
-from .local_polytope import solve_local
-from .options import Option, OptionSet, Settings
+from .options import STOPPING, Option, OptionSet, Settings
 
-NAME = "CVXDP_ADMM"
+__all__ = ["ConsistencyADMM", "OPTIONS", "unstack"]
 
-OPTIONS = OptionSet.build(NAME, max_iters=admm_solver.ADMMSettings.max_iters,
+#: the options of ``cvxdp.ADMM``, for every family it solves
+OPTIONS = OptionSet.build(ADMM, max_iters=admm_solver.ADMMSettings.max_iters,
                           eps_abs=admm_solver.ADMMSettings.eps_abs,
                           eps_rel=admm_solver.ADMMSettings.eps_rel, own=[
     Option("rho", "number", None, "initial penalty (default: from the loss weights)",
@@ -45,28 +62,30 @@ OPTIONS = OptionSet.build(NAME, max_iters=admm_solver.ADMMSettings.max_iters,
 ])
 
 
-class ADMMMethod:
-    name = NAME
+class ConsistencyADMM:
+    """``cvxdp.ADMM`` on the consistency family (module docstring)."""
+
+    name = ADMM
+    family = "consistency"
     options = OPTIONS
 
-    def recognise(self, problem: cp.Problem) -> Extraction | MarginalExtraction:
-        if any(isinstance(c, LocalPolytope) for c in problem.constraints):
-            return recognise_local(problem)
+    def recognise(self, problem: cp.Problem) -> Extraction:
         return recognise(problem)
 
-    def solve(self, problem: cp.Problem, ext: Extraction | MarginalExtraction,
-              settings: Settings, *, cached: Any) -> Outcome:
-        if isinstance(ext, MarginalExtraction):
-            return solve_local(problem, ext, settings, cached=cached)
+    def cost(self, ext: Extraction) -> tuple[str, int]:
+        return _cost_family(ext.data), int(ext.data.n)
+
+    def cost_before_recognition(self, problem: cp.Problem) -> None:
+        return None
+
+    def solve(self, problem: cp.Problem, ext: Extraction, settings: Settings, *,
+              cached: Any) -> Outcome:
         if ext.trivially_infeasible:
             return Outcome(status=INFEASIBLE, primal={}, objective=math.inf, iterations=0,
-                           solve_time=0.0, setup_time=0.0, reason=ext.trivially_infeasible)
-        solver_settings = admm_solver.ADMMSettings(
-            max_iters=settings.max_iters, eps_abs=settings.eps_abs, eps_rel=settings.eps_rel,
-            time_limit=settings.time_limit, verbose=settings.verbose,
-            callback=settings.callback, rho=settings.rho, alpha=settings.alpha,
-            adaptive_rho=settings.adaptive_rho, polish=settings.polish,
-            check_every=settings.check_every, equality_split=settings.equality_split)
+                           solve_time=0.0, setup_time=0.0, reason=ext.trivially_infeasible,
+                           info={"route": "none (infeasible as read)"})
+        solver_settings = admm_solver.ADMMSettings(**settings.pick(
+            *STOPPING, "rho", "alpha", "adaptive_rho", "polish", "check_every", "equality_split"))
         x0 = state = None
         if settings.warm_start:
             if all(v.value is not None for v in ext.variables):
@@ -75,7 +94,7 @@ class ADMMMethod:
             if isinstance(cached, admm_solver.ADMMState) and cached.z.size == ext.data.n:
                 state = cached
         res = admm_solver.solve(ext.data, solver_settings, x0=x0, state=state)
-        info = {"splitting": res.info.get("splitting"), "rho": res.info.get("rho"),
+        info = {"route": res.info.get("route"), "rho": res.info.get("rho"),
                 "polish": res.info.get("polish"),
                 "admm_primal_residual": res.info.get("admm_primal_residual"),
                 "constraint_violation": res.info.get("violation"),
@@ -94,6 +113,25 @@ class ADMMMethod:
                        duals_certified=certified, state=res.state or None,
                        warm_started=x0 is not None or state is not None,
                        reason=str(res.info.get("reason", "")), info=info)
+
+
+def _cost_family(data) -> str:
+    """The cost model's family of a consistency problem: the route the solve will take and
+    the loss kind (``l1``, ``l2`` or ``mixed``); routes with no iterations are exact."""
+    l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
+    loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
+    if isotonic_l1.applies(data):
+        return "exact_isotonic"
+    tree = histogram_tree.detect(data, data.shape)
+    if tree is not None:
+        if not tree.l1 and not tree.nonneg:
+            return "exact_gls"
+        return f"histogram_tree/{loss}"
+    if data.forest_hint is not None or (not data.has_chains and data.tree_queries() is not None):
+        return f"admm_tree/{loss}"
+    if data.forest_rows() is not None:
+        return f"admm_tree/{loss}"
+    return f"admm_general/{loss}"
 
 
 def _map_duals(ext: Extraction, duals: dict) -> dict[int, Any]:

@@ -1,4 +1,10 @@
-"""cvxdp.NEWTON_CG: recognise a fitness-for-use problem -> solvers.newton_cg -> write back."""
+"""``cvxdp.NEWTON_CG`` on fitness for use: recognise -> solvers.fitness.newton_cg -> write back.
+
+The routes, reported as ``extra_stats["info"]["route"]``: ``"closed form"`` when the
+workload's exact reduction leaves rank one (:mod:`cvxdp.solvers.fitness.reduce`), else
+``"Newton-CG (SM-II)"``, the soft-max smoothing solved by Newton-CG with exact
+Hessian-vector products (:mod:`cvxdp.solvers.fitness.newton_cg`).
+"""
 from __future__ import annotations
 
 import math
@@ -10,13 +16,14 @@ import cvxpy as cp
 from ..solvers.fitness import newton_cg
 from ..solvers.result import SOLUTION_PRESENT
 
+from ..names import NEWTON_CG
 from ..recognise.fitness import FitnessExtraction, recognise
 from .base import Outcome
-from .options import Option, OptionSet, Settings
+from .options import STOPPING, Option, OptionSet, Settings
 
-NAME = "CVXDP_NEWTON_CG"
+__all__ = ["FitnessNewtonCG", "OPTIONS"]
 
-OPTIONS = OptionSet.build(NAME, max_iters=newton_cg.NewtonSettings.max_iters, eps_abs=1e-6,
+OPTIONS = OptionSet.build(NEWTON_CG, max_iters=newton_cg.NewtonSettings.max_iters, eps_abs=1e-6,
                           eps_rel=newton_cg.NewtonSettings.eps_rel, own=[
     Option("growth", "number", newton_cg.NewtonSettings.growth,
            "factor by which the soft-max parameters grow per stage", low=1, low_open=True,
@@ -35,24 +42,30 @@ OPTIONS = OptionSet.build(NAME, max_iters=newton_cg.NewtonSettings.max_iters, ep
 ])
 
 
-class NewtonCGMethod:
-    name = NAME
+class FitnessNewtonCG:
+    """``cvxdp.NEWTON_CG`` on fitness for use (module docstring)."""
+
+    name = NEWTON_CG
+    family = "fitness"
     options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> FitnessExtraction:
         return recognise(problem)
+
+    def cost(self, ext: FitnessExtraction) -> tuple[str, int]:
+        return "newton_cg", int(ext.B.shape[0])
+
+    def cost_before_recognition(self, problem: cp.Problem) -> None:
+        return None
 
     def solve(self, problem: cp.Problem, ext: FitnessExtraction, settings: Settings, *,
               cached: Any) -> Outcome:
         d = newton_cg.FitnessData(ext.B, ext.L, ext.c, settings.total_variance_weight)
         # The solver's own feasibility test is stricter than the contract's eps_abs: the
         # rescale that makes X feasible is exact, so the returned point never needs slack.
-        solver_settings = newton_cg.NewtonSettings(
-            max_iters=settings.max_iters, eps_rel=settings.eps_rel,
-            eps_abs=min(settings.eps_abs, newton_cg.NewtonSettings.eps_abs),
-            time_limit=settings.time_limit, verbose=settings.verbose,
-            callback=settings.callback, growth=settings.growth, cg_max=settings.cg_max,
-            rank_rtol=settings.rank_rtol)
+        solver_settings = newton_cg.NewtonSettings(**dict(
+            settings.pick(*STOPPING, "growth", "cg_max", "rank_rtol"),
+            eps_abs=min(settings.eps_abs, newton_cg.NewtonSettings.eps_abs)))
         # Bad warm starts (wrong shape, not positive definite, NaN) are ignored by the solver.
         X0 = ext.X.value if settings.warm_start else None
         state = cached if settings.warm_start and isinstance(cached, dict) else None
@@ -63,7 +76,8 @@ class NewtonCGMethod:
             X0 = None if X0 is None or ext.s.value is None else X0
             res = newton_cg.solve_privacy_bound(d, ext.rho, solver_settings, X0=X0,
                                                 strategy=settings.strategy, state=state)
-        info = {"squared_privacy_cost": res.objective if ext.problem == 1 else None}
+        info = {"route": "closed form" if res.info.get("closed_form") else "Newton-CG (SM-II)",
+                "squared_privacy_cost": res.objective if ext.problem == 1 else None}
         for key in ("stages", "cg_iterations", "rank", "rank_used", "distinct_queries",
                     "zero_rows", "null_padding", "closed_form", "warm_start"):
             info[key] = res.info.get(key)

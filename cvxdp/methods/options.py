@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-__all__ = ["Option", "OptionSet", "Settings", "shared_options"]
+__all__ = ["Option", "OptionSet", "Settings", "shared_options", "STOPPING"]
 
 _NUMBER = "number"
 _INTEGER = "integer"
@@ -171,6 +171,8 @@ def shared_options(*, max_iters: int, eps_abs: float, eps_rel: float) -> list[Op
 
 
 SHARED_NAMES = tuple(o.name for o in shared_options(max_iters=1, eps_abs=1.0, eps_rel=1.0))
+#: the shared options every numerical solver's settings take under the same names
+STOPPING = ("max_iters", "eps_abs", "eps_rel", "time_limit", "verbose", "callback")
 
 
 class Settings(Mapping[str, Any]):
@@ -200,6 +202,11 @@ class Settings(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"Settings({self._method}, {self._values!r})"
+
+    def pick(self, *names: str) -> dict[str, Any]:
+        """``{name: value}`` of the options named, to build a numerical solver's settings
+        (``MySettings(**settings.pick(*STOPPING, "rho"))``)."""
+        return {n: self._values[n] for n in names}
 
 
 @dataclass

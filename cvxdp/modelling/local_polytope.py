@@ -36,6 +36,7 @@ import cvxpy as cp
 from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
+from ..estimates.local_model import fit_model
 from ..solvers.local.region_graph import RegionGraph
 
 from .clique_marginals import CliqueMarginals
@@ -111,7 +112,6 @@ class LocalPolytope(CliqueMarginals):
         marginals spanning cliques and synthetic records: exact on the cliques it keeps,
         approximate elsewhere; what was kept, dropped and how far off is on ``.info``
         (:func:`cvxdp.estimates.local_model.fit_model`)."""
-        from ..estimates.local_model import fit_model      # imports the marginal-polytope machinery
         return fit_model(self, max_cells=max_cells, cliques=cliques, method=method, score=score)
 
     # ---------------------------------------------------------------- canonicalisation

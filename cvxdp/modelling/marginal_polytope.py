@@ -17,14 +17,15 @@ counts the records with ``a = i, b = j, ...``) or flat (``(n_a * n_b * ...,)``, 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import cvxpy as cp
+from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
+from ..names import MIRROR_DESCENT
 from ..solvers.marginal.junction_tree import DEFAULT_MAX_CELLS, JunctionTree, ModelTooLarge, marginalizer
 
 from .clique_marginals import CliqueMarginals, project
@@ -118,7 +119,6 @@ class MarginalPolytope(CliqueMarginals):
                    for c, t in zip(self.cliques, tabs))
 
     def _fit_model(self, tabs: list[np.ndarray], total: float):
-        from ..dispatch import MIRROR_DESCENT          # dispatch imports this module
         x = {c: cp.Variable(self.domain.shape(c)) for c in self.cliques}
         fit = MarginalPolytope(x, self.domain, total=total, max_cells=self.max_cells)
         loss = sum(cp.sum_squares(x[c] - np.maximum(t, 0.0)) for c, t in zip(self.cliques, tabs))

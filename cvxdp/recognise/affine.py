@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-import cvxpy as cp
 from cvxpy.atoms.affine.add_expr import AddExpression
 from cvxpy.atoms.affine.cumsum import cumsum
 from cvxpy.atoms.affine.binary_operators import DivExpression, MulExpression, multiply

@@ -18,19 +18,20 @@ from ..solvers.marginal.free_total import estimate_total
 from ..solvers.marginal.loss import LossTerm, MarginalLoss
 
 from ..errors import NotRecognised
+from ..names import ADMM, MIRROR_DESCENT, short
 from ..modelling.clique_marginals import CliqueMarginals
 from ..modelling.local_polytope import LocalPolytope
 from ..modelling.marginal_polytope import MarginalPolytope
 from .affine import Linearizer
 from .losses import collect
 
-__all__ = ["recognise", "recognise_local", "MarginalExtraction", "estimate_total"]
+__all__ = ["recognise", "recognise_local", "MarginalExtraction", "estimate_total", "the_polytope"]
 
-_NAME = "MIRROR_DESCENT"
+_NAME = short(MIRROR_DESCENT)
 _EXPECTED = ("minimize a nonnegative sum of L1 / squared losses (cvxdp.nll, cp.norm1, "
              "cp.sum_squares, weighted) of affine expressions of clique-marginal variables, subject "
              "to exactly one cvxdp.MarginalPolytope whose marginals are distinct cvxpy Variables")
-_LOCAL_NAME = "ADMM"
+_LOCAL_NAME = short(ADMM)
 _LOCAL_EXPECTED = _EXPECTED.replace("MarginalPolytope", "LocalPolytope")
 
 
@@ -50,6 +51,14 @@ def _c_order(v: cp.Expression) -> np.ndarray:
     return np.ravel_multi_index(np.unravel_index(np.arange(n), v.shape, order="C"), v.shape, order="F")
 
 
+def the_polytope(problem: cp.Problem) -> CliqueMarginals | None:
+    """The problem's one ``MarginalPolytope`` or ``LocalPolytope`` constraint, read without
+    recognising the rest (for the cost model's look before recognition); ``None`` when it
+    has none or several."""
+    cons = [c for c in problem.constraints if isinstance(c, CliqueMarginals)]
+    return cons[0] if len(cons) == 1 else None
+
+
 def recognise(problem: cp.Problem) -> MarginalExtraction:
     """``minimize loss s.t. MarginalPolytope(...)`` for ``cvxdp.MIRROR_DESCENT``."""
     return _recognise(problem, MarginalPolytope, _NAME, _EXPECTED)
@@ -66,7 +75,8 @@ def _recognise(problem: cp.Problem, cls: type, name: str, expected: str) -> Marg
     mps = [c for c in problem.constraints if isinstance(c, cls)]
     others = [c for c in problem.constraints if not isinstance(c, cls)]
     if len(mps) != 1:
-        raise NotRecognised(name, expected, f"{len(mps)} {cls.__name__} constraints")
+        raise NotRecognised(name, expected, f"{len(mps)} {cls.__name__} constraints",
+                            claimed=bool(mps))
     if others:
         raise NotRecognised(name, expected, f"another constraint, {type(others[0]).__name__}: "
                             f"{str(others[0])[:60]}")

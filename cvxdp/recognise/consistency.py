@@ -28,10 +28,13 @@ from ..solvers.consistency.admm import ConsistencyData
 from ..solvers.consistency.isotonic import Chains
 
 from ..errors import NotRecognised
+from ..names import ADMM, short
 from .affine import Linearizer
 from .losses import collect
 
 __all__ = ["recognise", "Extraction"]
+
+_NAME = short(ADMM)
 
 _EXPECTED = ("minimize a nonnegative combination of L1 losses (cvxdp.nll with Laplace noise, "
              "cp.norm1, cp.sum(cp.abs(.)), weighted by constants) and squared losses "
@@ -77,13 +80,13 @@ def recognise(problem: cp.Problem) -> Extraction:
     """Raise :class:`NotRecognised` unless ``problem`` belongs to the family."""
     obj = problem.objective
     if not isinstance(obj, cp.Minimize):
-        raise NotRecognised("ADMM", _EXPECTED, "a Maximize objective")
+        raise NotRecognised(_NAME, _EXPECTED, "a Maximize objective")
     variables = _checked_variables(problem)
     lin = Linearizer(variables)
     n = lin.n
-    terms, constant = collect(obj.expr, "ADMM", _EXPECTED)
+    terms, constant = collect(obj.expr, _NAME, _EXPECTED)
     if not terms:
-        raise NotRecognised("ADMM", _EXPECTED, "an objective without a loss term")
+        raise NotRecognised(_NAME, _EXPECTED, "an objective without a loss term")
     M, y, w1, w2, starts = _stack_losses(lin, terms)
     lower, upper = _attribute_bounds(variables, lin)
     ext = Extraction(data=None, variables=variables, linearizer=lin)  # type: ignore[arg-type]
@@ -108,11 +111,11 @@ def recognise(problem: cp.Problem) -> Extraction:
 def _checked_variables(problem: cp.Problem) -> list:
     variables = problem.variables()
     if not variables:
-        raise NotRecognised("ADMM", _EXPECTED, "a problem without variables")
+        raise NotRecognised(_NAME, _EXPECTED, "a problem without variables")
     for v in variables:
         bad = [a for a in _UNSUPPORTED_ATTRS if v.attributes.get(a)]
         if bad:
-            raise NotRecognised("ADMM", _EXPECTED, f"variable {v.name()} with attribute {bad[0]}")
+            raise NotRecognised(_NAME, _EXPECTED, f"variable {v.name()} with attribute {bad[0]}")
     return variables
 
 
@@ -125,7 +128,7 @@ def _stack_losses(lin: Linearizer, terms):
         try:
             M, c = lin(t.expr)
         except (KeyError, ValueError) as exc:
-            raise NotRecognised("ADMM", _EXPECTED, f"a loss of an expression it cannot read ({exc})")
+            raise NotRecognised(_NAME, _EXPECTED, f"a loss of an expression it cannot read ({exc})")
         y = -c
         w = np.broadcast_to(np.asarray(t.weight, dtype=float), (M.shape[0],)).copy()
         for g in groups:
@@ -196,7 +199,7 @@ def _read_constraints(problem: cp.Problem, lin: Linearizer, ext: Extraction) -> 
             _classify_inequality(ext, con, G, g, out["lo_cand"], out["hi_cand"],
                                  out["edges_lo"], out["edges_hi"])
         else:
-            raise NotRecognised("ADMM", _EXPECTED, f"a constraint of type {type(con).__name__}")
+            raise NotRecognised(_NAME, _EXPECTED, f"a constraint of type {type(con).__name__}")
     return out
 
 
@@ -226,7 +229,7 @@ def _order_chains(edges_lo, edges_hi, n: int) -> Chains | None:
         return None
     chains = Chains.from_edges(np.concatenate(edges_lo), np.concatenate(edges_hi), n)
     if chains is None:
-        raise NotRecognised("ADMM", _EXPECTED, "order constraints x_i <= x_j that do not form "
+        raise NotRecognised(_NAME, _EXPECTED, "order constraints x_i <= x_j that do not form "
                             "disjoint chains")
     return chains
 
@@ -240,7 +243,7 @@ def _lin_constraint(lin: Linearizer, expr, con):
     try:
         return lin(expr)
     except (KeyError, ValueError) as exc:
-        raise NotRecognised("ADMM", _EXPECTED, f"constraint {con} is not affine in the variables ({exc})")
+        raise NotRecognised(_NAME, _EXPECTED, f"constraint {con} is not affine in the variables ({exc})")
 
 
 def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo, edges_hi):
@@ -256,7 +259,7 @@ def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo,
     one = nnz == 1
     two = nnz == 2
     if np.any(~(one | two | (nnz == 0))):
-        raise NotRecognised("ADMM", _EXPECTED, f"inequality {con} with rows that are neither bounds "
+        raise NotRecognised(_NAME, _EXPECTED, f"inequality {con} with rows that are neither bounds "
                             "nor order relations x_i <= x_j")
     cid = len(ext.ineq_constraints)
     ext.ineq_constraints.append(con)
@@ -279,7 +282,7 @@ def _classify_inequality(ext: Extraction, con, G, g, lo_cand, hi_cand, edges_lo,
         a0, a1 = G.data[start], G.data[start + 1]
         ok = np.isclose(a0, -a1, rtol=1e-12, atol=0) & (g[r2] == 0)
         if not ok.all():
-            raise NotRecognised("ADMM", _EXPECTED, f"inequality {con} with two-variable rows other "
+            raise NotRecognised(_NAME, _EXPECTED, f"inequality {con} with two-variable rows other "
                                 "than x_i <= x_j")
         # a0 x_c0 + a1 x_c1 <= 0 with a1 = -a0: the smaller side is the one with positive coefficient
         lo_side = np.where(a0 > 0, c0, c1)

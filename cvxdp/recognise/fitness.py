@@ -33,10 +33,13 @@ from cvxpy.constraints import PSD, Inequality
 
 from ..modelling.atoms import PrivacyCost, QueryVariance
 from ..errors import NotRecognised
+from ..names import NEWTON_CG, short
 from ..solvers.fitness.reduce import validate
 from .affine import constant_value
 
 __all__ = ["FitnessExtraction", "recognise"]
+
+_NAME = short(NEWTON_CG)
 
 _EXPECTED = ("minimize cvxdp.privacy_cost(B, X) (or cp.max(cp.diag(B.T @ X @ B))) subject to "
              "cvxdp.query_variance(L, X) <= c (or cp.matrix_frac(l_i, X) <= c_i per row) with X "
@@ -88,15 +91,15 @@ def _scaled(expr):
 
 def recognise(problem: cp.Problem) -> FitnessExtraction:
     if not isinstance(problem.objective, cp.Minimize):
-        raise NotRecognised("NEWTON_CG", _EXPECTED, "a Maximize objective")
+        raise NotRecognised(_NAME, _EXPECTED, "a Maximize objective")
     variables = problem.variables()
     mats = [v for v in variables if v.ndim == 2 and v.shape[0] == v.shape[1]]
     if len(mats) != 1:
-        raise NotRecognised("NEWTON_CG", _EXPECTED, f"{len(mats)} square matrix variables (need one, X)")
+        raise NotRecognised(_NAME, _EXPECTED, f"{len(mats)} square matrix variables (need one, X)")
     X = mats[0]
     others = [v for v in variables if v is not X]
     if len(others) > 1 or (others and others[0].size != 1):
-        raise NotRecognised("NEWTON_CG", _EXPECTED, "variables other than X and one scalar")
+        raise NotRecognised(_NAME, _EXPECTED, "variables other than X and one scalar")
     s = others[0] if others else None
     psd = bool(X.attributes.get("PSD"))
     obj = problem.objective.expr
@@ -105,11 +108,11 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
         a, inner = _scaled(obj)
         B = _privacy_B(inner, X)
         if B is None or a <= 0:
-            raise NotRecognised("NEWTON_CG", _EXPECTED, f"the objective {type(obj).__name__}")
+            raise NotRecognised(_NAME, _EXPECTED, f"the objective {type(obj).__name__}")
         ext = FitnessExtraction(X=X, B=B, L=np.zeros((0, B.shape[0])), c=np.zeros(0), scale=a)
     else:
         if obj is not s:
-            raise NotRecognised("NEWTON_CG", _EXPECTED, "an objective other than the scaling variable s")
+            raise NotRecognised(_NAME, _EXPECTED, "an objective other than the scaling variable s")
         ext = FitnessExtraction(X=X, B=np.zeros((X.shape[0], 0)), L=np.zeros((0, X.shape[0])),
                                 c=np.zeros(0), problem=2, s=s)
     rows_L, rows_c = [], []
@@ -119,9 +122,9 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
                 psd = True
                 ext.psd_constraints.append(con)
                 continue
-            raise NotRecognised("NEWTON_CG", _EXPECTED, "a PSD constraint on something other than X")
+            raise NotRecognised(_NAME, _EXPECTED, "a PSD constraint on something other than X")
         if not isinstance(con, Inequality):
-            raise NotRecognised("NEWTON_CG", _EXPECTED, f"a constraint of type {type(con).__name__}")
+            raise NotRecognised(_NAME, _EXPECTED, f"a constraint of type {type(con).__name__}")
         lhs, rhs = con.args
         start = sum(r.shape[0] for r in rows_L)
         if isinstance(lhs, QueryVariance) and lhs.args[0] is X:
@@ -137,26 +140,26 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
             ext.variance_constraints.append((con, np.arange(start, start + 1)))
         elif ext.problem == 2 and _privacy_B(lhs, X) is not None and rhs.is_constant():
             if ext.cost_constraint is not None:
-                raise NotRecognised("NEWTON_CG", _EXPECTED, "two privacy-cost constraints")
+                raise NotRecognised(_NAME, _EXPECTED, "two privacy-cost constraints")
             ext.B = _privacy_B(lhs, X)
             rho = np.asarray(constant_value(rhs), dtype=float).ravel()
             if rho.size != 1:
-                raise NotRecognised("NEWTON_CG", _EXPECTED, "a privacy bound that is not a scalar")
+                raise NotRecognised(_NAME, _EXPECTED, "a privacy bound that is not a scalar")
             ext.rho = float(rho[0])
             ext.cost_constraint = con
         else:
-            raise NotRecognised("NEWTON_CG", _EXPECTED, f"the constraint {con}")
+            raise NotRecognised(_NAME, _EXPECTED, f"the constraint {con}")
     if not psd:
-        raise NotRecognised("NEWTON_CG", _EXPECTED, "X without PSD=True or an X >> 0 constraint")
+        raise NotRecognised(_NAME, _EXPECTED, "X without PSD=True or an X >> 0 constraint")
     if not rows_L:
-        raise NotRecognised("NEWTON_CG", _EXPECTED, "no variance constraints")
+        raise NotRecognised(_NAME, _EXPECTED, "no variance constraints")
     ext.L = np.vstack(rows_L)
     ext.c = np.concatenate(rows_c)
     if ext.problem == 2 and ext.cost_constraint is None:
-        raise NotRecognised("NEWTON_CG", _EXPECTED, "Problem 2 without a privacy-cost constraint")
+        raise NotRecognised(_NAME, _EXPECTED, "Problem 2 without a privacy-cost constraint")
     k = X.shape[0]
     if ext.B.shape[0] != k or ext.L.shape[1] != k:
-        raise NotRecognised("NEWTON_CG", _EXPECTED, "B, L and X of inconsistent sizes")
+        raise NotRecognised(_NAME, _EXPECTED, "B, L and X of inconsistent sizes")
     # The model is of the right form; data without an attained optimum (no or only zero
     # queries, dependent rows of B, rho <= 0, inf or nan) is refused here, before any solve.
     validate(ext.B, ext.L, ext.c, rho=ext.rho if ext.problem == 2 else None)
@@ -179,7 +182,7 @@ def _targets(rhs, m: int, s, con) -> np.ndarray:
     """Targets c from ``rhs`` = c (Problem 1) or ``s * c`` (Problem 2)."""
     if s is None:
         if not rhs.is_constant():
-            raise NotRecognised("NEWTON_CG", _EXPECTED, f"non-constant variance targets in {con}")
+            raise NotRecognised(_NAME, _EXPECTED, f"non-constant variance targets in {con}")
         c = np.broadcast_to(np.asarray(constant_value(rhs), dtype=float).ravel(), (m,)).copy()
     else:
         from cvxpy.atoms.affine.promote import Promote
@@ -194,10 +197,10 @@ def _targets(rhs, m: int, s, con) -> np.ndarray:
             x, y = rhs.args
             const, other = (x, y) if x.is_constant() else (y, x)
             if unwrap(other) is not s or not const.is_constant():
-                raise NotRecognised("NEWTON_CG", _EXPECTED, f"targets other than s * c in {con}")
+                raise NotRecognised(_NAME, _EXPECTED, f"targets other than s * c in {con}")
             c = np.broadcast_to(np.asarray(constant_value(const), dtype=float).ravel(), (m,)).copy()
         else:
-            raise NotRecognised("NEWTON_CG", _EXPECTED, f"targets other than s * c in {con}")
+            raise NotRecognised(_NAME, _EXPECTED, f"targets other than s * c in {con}")
     if np.any(~np.isfinite(c)) or np.any(c <= 0):
         raise ValueError(f"c: variance targets must be positive and finite, got {c}")
     return c

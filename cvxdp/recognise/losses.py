@@ -32,7 +32,7 @@ from cvxpy.atoms.quad_over_lin import quad_over_lin
 from ..errors import NotRecognised
 from .affine import constant_value
 
-__all__ = ["Term", "collect", "scalar_scaling", "elementwise_loss", "describe"]
+__all__ = ["Term", "collect", "scalar_scaling", "elementwise_loss", "describe", "has_l1"]
 
 
 @dataclass
@@ -196,3 +196,15 @@ def describe(expr) -> str:
     if len(s) > 80:
         s = s[:77] + "..."
     return f"{type(expr).__name__}: {s}"
+
+
+def has_l1(expr) -> bool:
+    """Whether an absolute-value atom (``abs``, ``norm1``, a 1-norm) occurs in ``expr``: the
+    loss kind read without parsing the loss (for the cost model's look before recognition)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (cp_abs, norm1)) or (isinstance(e, Pnorm) and float(e.p) == 1.0):
+            return True
+        stack.extend(e.args)
+    return False

@@ -100,7 +100,7 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
     if infeasible:
         return SolverResult(x=None, status=R.INFEASIBLE, objective=math.inf, setup_time=setup,
                             info={"reason": "the constraints (A x = b, bounds, order) have no solution",
-                                  "splitting": solver.name})
+                                  "route": "ADMM " + solver.name})
     res, w = _Iteration(solver, settings).run(x0, state, t0)
     res = certify(data, res, settings, w)
     res.setup_time = setup
@@ -133,7 +133,7 @@ def _solve_lifted(data: ConsistencyData, settings: ADMMSettings, x0, state) -> S
     z0 = None if x0 is None else tq.nodes_from_leaves(np.asarray(x0, float))
     res = solve(nd, settings, x0=z0, state=inner)
     setup = time.perf_counter() - t0 - res.solve_time
-    res.info["splitting"] = "lifted " + str(res.info.get("splitting"))
+    res.info["route"] = "ADMM lifted " + str(res.info.get("route")).removeprefix("ADMM ")
     res.info["lifted_nodes"] = tq.n_nodes
     inner_state = res.state if isinstance(res.state, ADMMState) else None
     if res.x is not None:
@@ -387,7 +387,7 @@ class _Iteration:
         res = SolverResult(x=None, status=R.INFEASIBLE, objective=math.inf, iterations=it,
                            primal_residual=last_check["r_prim"], dual_residual=last_check["r_dual"],
                            history=self.history,
-                           info={"splitting": self.sp.name, "rho": self.sp.rho,
+                           info={"route": "ADMM " + self.sp.name, "rho": self.sp.rho,
                                  "certificate": last_check.get("certificate")})
         res.state = self.sp.export_state()
         self.table.footer(f"status: {R.INFEASIBLE} after {it} iterations")
@@ -422,7 +422,7 @@ class _Iteration:
             x=cand.x, status=status, objective=obj, lower_bound=lower, gap=relative_gap(obj, lower),
             duals=dict(duals), iterations=it, primal_residual=viol, dual_residual=last_check["r_dual"],
             history=self.history,
-            info={"splitting": sp_.name, "rho": sp_.rho, "polish": self.polish_info,
+            info={"route": "ADMM " + sp_.name, "rho": sp_.rho, "polish": self.polish_info,
                   "violation": viol, "admm_primal_residual": last_check["r_prim"]})
         res.state = sp_.export_state()
         self.table.footer(f"status: {status}, objective {obj:.10g}, certified gap {res.gap:.2e}, "

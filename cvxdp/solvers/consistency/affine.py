@@ -17,7 +17,6 @@ For forests (:mod:`cvxdp.solvers.tree.forest`) the O(n) two-pass projection repl
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as la
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 

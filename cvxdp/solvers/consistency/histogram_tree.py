@@ -21,7 +21,6 @@ non-negativity the leaves' implies); without invariants these are exact.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -303,60 +302,76 @@ def _grouped(M: sp.csr_matrix, y, w, unit, n: int, k: int, kind):
     return out
 
 
+#: what :func:`solve` reports as ``info["route"]``
+ROUTE_GLS = "tree GLS (exact)"
+ROUTE_NONNEG = "tree ADMM (non-negative GLS)"
+ROUTE_L1 = "tree ADMM (non-negative L1)"
+
+
 def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: float,
-          verbose: bool, callback) -> R.SolverResult:
-    """GLS (no bounds) or non-negative GLS (ADMM); the result over the flat vector."""
-    f, k, n = tree.forest, tree.k, tree.n_units
+          verbose: bool, callback) -> R.SolverResult | None:
+    """GLS (no bounds), non-negative GLS or non-negative L1 (ADMM with exact tree steps); the
+    result over the flat vector, or ``None`` when the tree route cannot take the problem
+    (a leaf not determined, invariants it cannot meet): then the general ADMM runs."""
+    settings = NonnegSettings(eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit,
+                              verbose=verbose, callback=callback)
     if tree.l1:
-        res = solve_l1(f, k, tree.blocks, NonnegSettings(
-            eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit, verbose=verbose,
-            callback=callback))
-        res.x = res.x.ravel(order="F")
-        res.info["splitting"] = "histogram tree (non-negative L1 ADMM)"
-        mu = res.info.pop("dual_point")
-        res.info["duals_certified"] = False
-        if mu is not None and res.status == R.OPTIMAL:
-            # the certified bound's multiplier: the loss's subgradient per unit, and the leaves'
-            # path sums as the bound multipliers (non-negative: the point is dual feasible)
-            g = unit_terms(f, k, tree.blocks, mu)
-            lam = np.zeros((n, k))
-            # (the bound checked them >= 0; summed again here they may differ by rounding)
-            lam[f.leaves] = np.maximum(leaf_sums(f, g, f.leaves), 0.0)
-            duals, ok = _multipliers_of_gradient(tree, g, lam)
-            res.info["duals_certified"] = ok
-            if ok:
-                res.duals = duals
-        return res
-    if tree.nonneg:
-        try:
-            res = solve_nonneg(f, k, tree.blocks, NonnegSettings(
-                eps_rel=eps_rel, max_iters=max_iters, time_limit=time_limit, verbose=verbose,
-                callback=callback), invariants=tree.invariants)
-        except ValueError:       # a leaf not determined, or invariants it cannot repair to
-            return None
-        X = res.x
-    else:
-        try:
-            g = TreeGLS(f, k, tree.blocks, tree.invariants)
-            X = g.solve()
-        except ValueError:       # a leaf not determined, or contradicting invariants
-            return None
-        fval = objective(tree.blocks, X)
-        res = R.SolverResult(x=None, status=R.OPTIMAL, objective=fval, lower_bound=fval,
-                             gap=0.0, iterations=1, info={"splitting": "tree GLS (exact)"})
-    res.x = X.ravel(order="F")
-    res.info["splitting"] = "histogram tree" + (" (non-negative ADMM)" if tree.nonneg else " GLS")
+        return _solve_l1(tree, settings)
+    try:
+        res = _solve_squared(tree, settings)
+    except ValueError:           # a leaf not determined, or invariants it cannot meet
+        return None
     if not tree.invariants and res.status == R.OPTIMAL:
         if tree.nonneg:
-            lam = np.zeros((n, k))
-            lam[f.leaves] = res.duals.get("nonneg", 0.0)
+            lam = np.zeros((tree.n_units, tree.k))
+            lam[tree.forest.leaves] = res.duals.get("nonneg", 0.0)
             duals, ok = _multipliers(tree, res.info.pop("bound_point"), lam)
         else:
-            duals, ok = _multipliers(tree, X, None)
+            duals, ok = _multipliers(tree, res.x.reshape((tree.n_units, tree.k), order="F"),
+                                     None)
         res.info["duals_certified"] = ok
         if ok:
             res.duals = duals
     res.primal_residual = 0.0
+    return res
+
+
+def _solve_squared(tree: HistogramTree, settings: NonnegSettings) -> R.SolverResult:
+    """Squared losses: the exact GLS, or with ``x >= 0`` the tree ADMM."""
+    if tree.nonneg:
+        res = solve_nonneg(tree.forest, tree.k, tree.blocks, settings,
+                           invariants=tree.invariants)
+        X = res.x
+    else:
+        X = TreeGLS(tree.forest, tree.k, tree.blocks, tree.invariants).solve()
+        fval = objective(tree.blocks, X)
+        res = R.SolverResult(x=None, status=R.OPTIMAL, objective=fval, lower_bound=fval,
+                             gap=0.0, iterations=1)
+    res.x = X.ravel(order="F")
+    res.info["route"] = ROUTE_NONNEG if tree.nonneg else ROUTE_GLS
+    return res
+
+
+def _solve_l1(tree: HistogramTree, settings: NonnegSettings) -> R.SolverResult:
+    """Absolute losses with ``x >= 0``: the tree L1 ADMM; duals from its certified bound's
+    multiplier."""
+    f, k = tree.forest, tree.k
+    res = solve_l1(f, k, tree.blocks, settings)
+    res.x = res.x.ravel(order="F")
+    res.info["route"] = ROUTE_L1
+    mu = res.info.pop("dual_point")
+    res.info["duals_certified"] = False
+    if mu is not None and res.status == R.OPTIMAL:
+        # the certified bound's multiplier: the loss's subgradient per unit, and the leaves'
+        # path sums as the bound multipliers (non-negative: the point is dual feasible)
+        g = unit_terms(f, k, tree.blocks, mu)
+        lam = np.zeros((tree.n_units, k))
+        # (the bound checked them >= 0; summed again here they may differ by rounding)
+        lam[f.leaves] = np.maximum(leaf_sums(f, g, f.leaves), 0.0)
+        duals, ok = _multipliers_of_gradient(tree, g, lam)
+        res.info["duals_certified"] = ok
+        if ok:
+            res.duals = duals
     return res
 
 

@@ -208,7 +208,6 @@ def chain_dual_lowest(chains: Chains, L: np.ndarray, U: np.ndarray) -> np.ndarra
     span = float(np.max(np.abs(np.r_[L[np.isfinite(L)], U[np.isfinite(U)]]), initial=1.0))
     slack = 1e-9 * span
     for c in chains.chains:
-        k = c.size
         Lc, Uc = L[c], U[c]
         # an infinite side of the box (a bound's multiplier can absorb anything) acts like one
         # larger than every finite sum: it resets lo to 0 and puts hi out of reach

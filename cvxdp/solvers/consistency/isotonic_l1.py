@@ -24,6 +24,9 @@ from .kkt import constraint_gradient, lagrangian_bound, separable_loss_multiplie
 from .problem import ADMMSettings, ConsistencyData
 from .isotonic import chain_dual_lowest, l1_isotonic
 
+#: what :func:`solve` reports as ``info["route"]``
+ROUTE = "isotonic L1 (exact)"
+
 __all__ = ["applies", "solve"]
 
 
@@ -60,7 +63,7 @@ def solve(data: ConsistencyData, settings: ADMMSettings) -> R.SolverResult:
     lower = lagrangian_bound(data, duals, w)
     res = R.SolverResult(x=x, status=R.OPTIMAL, objective=fval, lower_bound=lower, duals=duals,
                          iterations=1, primal_residual=max(data.chains.violation(x), 0.0),
-                         info={"splitting": "L1 isotonic regression (exact)"})
+                         info={"route": ROUTE})
     res = certify(data, res, settings, w)
     res.solve_time = time.perf_counter() - t0
     return res

@@ -160,6 +160,7 @@ class _Run:
         self.last_gap = math.inf
         self.fitter = MarginFitter(G)
         self.polish_info = {"attempts": 0, "cg_steps": 0}
+        self.route = ""                  # what ran: "dual Newton", "ADMM", ... (info["route"])
         self.newton_info: dict | None = None
         self.newton_face: np.ndarray | None = None
         self.newton_lam: np.ndarray | None = None
@@ -247,9 +248,12 @@ class _Run:
         # with the Newton
         if s.dual_newton and (not self.warm or self.newton_warm is not None) and \
                 (newton_steps.eligible(p) or proximal_steps.eligible(p)):
-            status, done = self.newton(t0, proximal=not newton_steps.eligible(p))
+            proximal = not newton_steps.eligible(p)
+            self.route = "proximal dual Newton" if proximal else "dual Newton"
+            status, done = self.newton(t0, proximal=proximal)
             if status is not None:
                 return self.result(status, done)
+        self.route = self.route + " -> ADMM" if self.route else "ADMM"
         status, it, checks = None, 0, 0
         for it in range(1, s.max_iters + 1):
             self.step()
@@ -396,7 +400,7 @@ class _Run:
             self.certify()
         y = self.multipliers(status)             # may polish, and so improve the point
         f, x = self.best
-        info = {"rho": self.rho, "regions": len(p.graph.regions), "coupled_rows":
+        info = {"route": self.route, "rho": self.rho, "regions": len(p.graph.regions), "coupled_rows":
                 0 if p.Q is None else int(p.Q.shape[0]), "total": float(p.graph.totals(x)[0]),
                 "polish": dict(self.polish_info), "dual_newton": self.newton_info}
         duals = {"marginals": y} if y is not None else {}
