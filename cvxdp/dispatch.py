@@ -77,32 +77,17 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     if not isinstance(problem, cp.Problem):
         raise TypeError(f"solve: problem must be a cvxpy Problem, got {type(problem).__name__}")
     method = method_for(solver)
+    shared = dict(max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
     if solver is not None and method is None:
-        return _passthrough(problem, solver, warm_start, verbose, kwargs,
-                            max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel,
-                            time_limit=time_limit)
-    bad = [k for k in kwargs if k in _CVXPY_ONLY and kwargs[k]]
-    if bad:
-        raise ValueError(f"option(s) {bad} apply to cvxpy's own solvers, not to cvxdp methods")
-    given = {k: v for k, v in kwargs.items() if k not in _CVXPY_ONLY}
-    given.update(max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit,
-                 warm_start=warm_start, verbose=verbose, callback=callback, verify=verify,
-                 fallback=fallback)
-    if method is not None:
-        method.options.parse(given)           # bad options fail before any work
+        return _passthrough(problem, solver, warm_start, verbose, kwargs, **shared)
+    given = _validated(method, kwargs, shared, warm_start=warm_start, verbose=verbose,
+                       callback=callback, verify=verify, fallback=fallback)
     t0 = time.perf_counter()
     check_problem_data(problem)
-    shared = dict(max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
-    early = _early_standard(problem, solver, given, kwargs, callback, verify)
-    if early is not None:
-        if verbose:
-            _ensure_handler()
-            LOGGER.info("cvxdp: %s: %s", early["solver"], early["reason"])
-        limit = early.pop("eps_abs")
-        value = _solve_standard(problem, early, warm_start, verbose, limit, **shared)
-        if problem.status not in _HAND_BACK:
-            return value
-        early = _instead(early, problem.status)
+    value, early = _standard_first(problem, solver, given, kwargs, callback, verify,
+                                   warm_start, verbose, shared)
+    if value is not None:
+        return value
     chosen, recognised = _recognise(problem, method, fallback, verbose)
     if chosen is None:
         return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
@@ -118,14 +103,51 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         if problem.status not in _HAND_BACK:
             return value
         choice = _instead(choice, problem.status)
-    if choice["solver"] is None:
-        choice = {**choice, "solver": chosen.name}
+    return _run(problem, chosen, recognised, settings, compile_time,
+                {**choice, "solver": choice["solver"] or chosen.name})
+
+
+def _validated(method: Method | None, kwargs: dict, shared: dict, **options) -> dict:
+    """The options of a cvxdp solve, checked before any work: cvxpy's own solver keywords
+    refused, and, when a method is named, every option validated by its option set."""
+    bad = [k for k in kwargs if k in _CVXPY_ONLY and kwargs[k]]
+    if bad:
+        raise ValueError(f"option(s) {bad} apply to cvxpy's own solvers, not to cvxdp methods")
+    given = {k: v for k, v in kwargs.items() if k not in _CVXPY_ONLY}
+    given.update(shared, **options)
+    if method is not None:
+        method.options.parse(given)           # bad options fail before any work
+    return given
+
+
+def _standard_first(problem: cp.Problem, solver, given: dict, kwargs: dict, callback, verify,
+                    warm_start: bool, verbose: bool, shared: dict) -> tuple[float | None, dict | None]:
+    """``solver=None`` on a problem the cost model hands to the standard solver before
+    recognition (:func:`_early_standard`): ``(value, None)`` when that solve stands;
+    otherwise ``(None, choice)``, the choice to record (``None``: recognition decides)."""
+    early = _early_standard(problem, solver, given, kwargs, callback, verify)
+    if early is None:
+        return None, None
+    if verbose:
+        _ensure_handler()
+        LOGGER.info("cvxdp: %s: %s", early["solver"], early["reason"])
+    limit = early.pop("eps_abs")
+    value = _solve_standard(problem, early, warm_start, verbose, limit, **shared)
+    if problem.status not in _HAND_BACK:
+        return value, None
+    return None, _instead(early, problem.status)
+
+
+def _run(problem: cp.Problem, chosen: Method, recognised: Recognised, settings,
+         compile_time: float, choice: dict) -> float:
+    """The cvxdp method's solve, from the warm-start cache's state for this data, certified
+    and written back (:func:`_finish`)."""
     digest = fingerprint(problem)           # Parameter values are hashed once per solve
     cached = CACHE.get(problem, chosen.name, digest) if settings.warm_start else None
     outcome = chosen.solve(problem, recognised, settings, cached=cached)
     CACHE.put(problem, chosen.name, outcome.state, digest)
     _finish(problem, chosen.name, outcome, settings, compile_time, choice)
-    if verbose:
+    if settings.verbose:
         LOGGER.info("cvxdp: status %s, objective %.10g", problem.status, problem.value)
     return problem.value
 

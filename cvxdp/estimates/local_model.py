@@ -367,6 +367,54 @@ def fit_model(constraint: ConsistentMarginals, *, max_cells: int = 2 ** 20,
     argument.
     """
     t_start = time.perf_counter()
+    max_cells, score_fn, score_name = _check_arguments(constraint, max_cells, method, score,
+                                                       solve_options)
+    candidates = list(constraint.cliques) if cliques is None else _check_cliques(cliques, constraint)
+    total = _check_solved(constraint, max_cells)
+    dom: Domain = constraint.domain
+
+    def table(c: Clique) -> np.ndarray:
+        """The LocalPolytope's marginal on ``c``, clipped at 0 and scaled to ``total``."""
+        t = np.clip(constraint.marginal(c), 0.0, None)
+        s = t.sum()
+        return t * (total / s) if s > 0 else np.full(t.shape, total / t.size)
+
+    scores = _scores(list(constraint.cliques) + candidates, table, score_fn, total)
+    if cliques is None:
+        order = {c: k for k, c in enumerate(candidates)}
+        candidates.sort(key=lambda c: (-scores[c], order[c]))
+    sel = _Selection(dom, max_cells, method)
+    selected, reasons = sel.select(candidates)
+    measured = {a for c in constraint.cliques for a in c}
+    covered = {a for c in selected for a in c}
+    selected += [(a,) for a in dom.names if a in measured and a not in covered]
+    unmeasured = tuple(a for a in dom.names if a not in measured)
+    kept = tuple(c for c in constraint.cliques if any(set(c) <= set(s) for s in selected))
+    dropped = tuple(c for c in constraint.cliques if c not in kept)
+    by_set = {frozenset(c): c for c in candidates}
+    why = {c: reasons.get(by_set.get(frozenset(c)), "not listed") for c in dropped}
+    solve_info = None
+    if method == "decomposable":
+        tree = sel.tree_of(selected)
+        model = _decomposable(dom, tree, [tuple(sorted(sel.fs(s))) for s in selected], table,
+                              total)
+    else:
+        model, tree, solve_info = _fit_mirror_descent(constraint, selected, table, total,
+                                                      max_cells, dict(solve_options or {}))
+    errors = {c: float(np.abs(model.marginal(c) - constraint.marginal(c)).sum())
+              for c in constraint.cliques}
+    model.info = ModelFit(
+        method=method, score=score_name, selected=tuple(selected), kept=kept, dropped=dropped, reasons=why,
+        scores=scores, errors=errors, total=float(total), max_cells=max_cells,
+        largest_cells=int(max(tree.cells)), unmeasured=unmeasured, solve=solve_info,
+        time=time.perf_counter() - t_start,
+        junction_tree=tuple(tuple(dom.names[a] for a in c) for c in tree.cliques))
+    return model
+
+
+def _check_arguments(constraint: Any, max_cells: Any, method: Any, score: Any,
+                     solve_options: Any) -> tuple[int, Callable[[np.ndarray, float], float], str]:
+    """``(max_cells, score function, score name)``, or ``ValueError`` naming the argument."""
     if not isinstance(constraint, ConsistentMarginals):
         raise ValueError(f"fit_model: constraint must be a cvxdp.LocalPolytope, got "
                          f"{type(constraint).__name__}")
@@ -385,7 +433,12 @@ def fit_model(constraint: ConsistentMarginals, *, max_cells: int = 2 ** 20,
                          f"arguments, got {type(solve_options).__name__}")
     if solve_options and method != "mirror_descent":
         raise ValueError("fit_model: solve_options only apply to method='mirror_descent'")
-    candidates = list(constraint.cliques) if cliques is None else _check_cliques(cliques, constraint)
+    return max_cells, score_fn, score_name
+
+
+def _check_solved(constraint: ConsistentMarginals, max_cells: int) -> float:
+    """The total the model is scaled to; ``ValueError`` before a solve, for a total that is
+    not positive, or for a ``max_cells`` below an attribute's size."""
     if constraint.tables() is None:
         raise ValueError("fit_model: constraint's marginals have no value (solve the problem "
                          "first)")
@@ -398,15 +451,15 @@ def fit_model(constraint: ConsistentMarginals, *, max_cells: int = 2 ** 20,
     if big:
         raise ValueError(f"fit_model: max_cells={max_cells:,} is below the size of attribute(s) "
                          f"{big}; every attribute needs a clique of its own size at least")
+    return total
 
-    def table(c: Clique) -> np.ndarray:
-        """The LocalPolytope's marginal on ``c``, clipped at 0 and scaled to ``total``."""
-        t = np.clip(constraint.marginal(c), 0.0, None)
-        s = t.sum()
-        return t * (total / s) if s > 0 else np.full(t.shape, total / t.size)
 
+def _scores(cliques: list[Clique], table: Callable[[Clique], np.ndarray],
+            score_fn: Callable[[np.ndarray, float], float], total: float) -> dict[Clique, float]:
+    """Each clique's score (its estimated table's), once per clique; ``ValueError`` for a
+    score that is not a finite number."""
     scores: dict[Clique, float] = {}
-    for c in dict.fromkeys(list(constraint.cliques) + candidates):
+    for c in dict.fromkeys(cliques):
         v = score_fn(table(c), total)
         try:
             v = float(v)
@@ -415,72 +468,64 @@ def fit_model(constraint: ConsistentMarginals, *, max_cells: int = 2 ** 20,
         if not math.isfinite(v):
             raise ValueError(f"fit_model: score gave {v!r} for {c}; it must return a finite number")
         scores[c] = v
-    if cliques is None:
-        order = {c: k for k, c in enumerate(candidates)}
-        candidates.sort(key=lambda c: (-scores[c], order[c]))
+    return scores
 
-    idx = {a: dom.index(a) for a in dom.names}
-    sizes = dom.sizes
-    selected: list[Clique] = []
-    reasons: dict[Clique, str] = {}
 
-    def fs(c: Clique) -> frozenset[int]:
-        return frozenset(idx[a] for a in c)
+class _Selection:
+    """The greedy selection of the module docstring over a domain: a clique is selected if it
+    fits ``max_cells``, is not inside a selected one and keeps the selected set within the
+    method's rule (decomposable: acyclic; both: a junction tree within ``max_cells``)."""
 
-    def tree_of(cls: list[Clique]) -> JunctionTree:
-        return JunctionTree(sizes, [tuple(sorted(fs(c))) for c in cls], max_cells=max_cells)
+    def __init__(self, dom: Domain, max_cells: int, method: str) -> None:
+        self.dom, self.max_cells, self.method = dom, max_cells, method
+        self.idx = {a: dom.index(a) for a in dom.names}
 
-    for c in candidates:
-        if dom.size(c) > max_cells:
-            reasons[c] = "cells"
-            continue
-        if any(fs(c) <= fs(s) for s in selected):
-            continue                                  # reproduced with a selected clique
-        trial = selected + [c]
-        if method == "decomposable" and not _acyclic([fs(s) for s in trial]):
-            reasons[c] = "cycle"
-            continue
-        try:
-            tree_of(trial)
-        except ModelTooLarge:
-            reasons[c] = "junction tree"
-            continue
-        selected = [s for s in selected if not fs(s) < fs(c)] + [c]
-    measured = {a for c in constraint.cliques for a in c}
-    covered = {a for c in selected for a in c}
-    selected += [(a,) for a in dom.names if a in measured and a not in covered]
-    unmeasured = tuple(a for a in dom.names if a not in measured)
+    def fs(self, c: Clique) -> frozenset[int]:
+        return frozenset(self.idx[a] for a in c)
 
-    kept = tuple(c for c in constraint.cliques if any(set(c) <= set(s) for s in selected))
-    dropped = tuple(c for c in constraint.cliques if c not in kept)
-    by_set = {frozenset(c): c for c in candidates}
-    why = {c: reasons.get(by_set.get(frozenset(c)), "not listed") for c in dropped}
+    def tree_of(self, cls: list[Clique]) -> JunctionTree:
+        return JunctionTree(self.dom.sizes, [tuple(sorted(self.fs(c))) for c in cls],
+                            max_cells=self.max_cells)
 
-    solve_info = None
-    if method == "decomposable":
-        tree = tree_of(selected)
-        sel = [tuple(sorted(fs(s))) for s in selected]
-        sel_tabs = [table(tuple(dom.names[a] for a in s)) for s in sel]
-        parent = _join_tree([frozenset(s) for s in sel])
-        tabs = []
-        for jc in tree.cliques:
-            if any(set(jc) <= set(s) for s in sel):
-                tabs.append(table(tuple(dom.names[a] for a in jc)))
-            else:                 # a triangulation clique, or attributes no clique measures
-                tabs.append(_product_marginal(sel, sel_tabs, parent, jc, sizes, total))
-        model = GraphicalModel.from_clique_tables(dom, tree, tabs, total)
-    else:
-        model, tree, solve_info = _fit_mirror_descent(constraint, selected, table, total,
-                                                      max_cells, dict(solve_options or {}))
-    errors = {c: float(np.abs(model.marginal(c) - constraint.marginal(c)).sum())
-              for c in constraint.cliques}
-    model.info = ModelFit(
-        method=method, score=score_name, selected=tuple(selected), kept=kept, dropped=dropped, reasons=why,
-        scores=scores, errors=errors, total=float(total), max_cells=max_cells,
-        largest_cells=int(max(tree.cells)), unmeasured=unmeasured, solve=solve_info,
-        time=time.perf_counter() - t_start,
-        junction_tree=tuple(tuple(dom.names[a] for a in c) for c in tree.cliques))
-    return model
+    def select(self, candidates: list[Clique]) -> tuple[list[Clique], dict[Clique, str]]:
+        """``(selected, why each refused clique was dropped)`` in the candidates' order."""
+        fs = self.fs
+        selected: list[Clique] = []
+        reasons: dict[Clique, str] = {}
+        for c in candidates:
+            if self.dom.size(c) > self.max_cells:
+                reasons[c] = "cells"
+                continue
+            if any(fs(c) <= fs(s) for s in selected):
+                continue                              # reproduced with a selected clique
+            trial = selected + [c]
+            if self.method == "decomposable" and not _acyclic([fs(s) for s in trial]):
+                reasons[c] = "cycle"
+                continue
+            try:
+                self.tree_of(trial)
+            except ModelTooLarge:
+                reasons[c] = "junction tree"
+                continue
+            selected = [s for s in selected if not fs(s) < fs(c)] + [c]
+        return selected, reasons
+
+
+def _decomposable(dom: Domain, tree: JunctionTree, sel: list[tuple[int, ...]],
+                  table: Callable[[Clique], np.ndarray], total: float) -> GraphicalModel:
+    """The junction-tree product of the selected cliques' tables (``sel``: sorted attribute
+    indices), built directly (module docstring): a junction-tree clique inside a selected one
+    takes its table, any other (a triangulation clique, or attributes no clique measures)
+    the product's marginal."""
+    sel_tabs = [table(tuple(dom.names[a] for a in s)) for s in sel]
+    parent = _join_tree([frozenset(s) for s in sel])
+    tabs = []
+    for jc in tree.cliques:
+        if any(set(jc) <= set(s) for s in sel):
+            tabs.append(table(tuple(dom.names[a] for a in jc)))
+        else:
+            tabs.append(_product_marginal(sel, sel_tabs, parent, jc, dom.sizes, total))
+    return GraphicalModel.from_clique_tables(dom, tree, tabs, total)
 
 
 def _product_marginal(sel: list[tuple[int, ...]], tabs: list[np.ndarray], parent: list[int],

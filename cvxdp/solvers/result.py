@@ -83,3 +83,14 @@ def check_stop(row: dict[str, Any], *, eps_rel: float, callback, time_limit: flo
     if elapsed >= time_limit:
         return OPTIMAL_INACCURATE
     return None
+
+
+def record_check(row: dict[str, Any], history: list, table, settings) -> str | None:
+    """One convergence check of a certified iteration: ``row`` (with ``"rel gap"`` and
+    ``"time [s]"``, the time since the solve began) appended to ``history`` and written to the
+    verbose ``table`` (an :class:`~cvxdp.solvers._table.IterationTable`), then
+    :func:`check_stop` under ``settings``' ``eps_rel``, ``callback`` and ``time_limit``."""
+    history.append(row)
+    table.row(row)
+    return check_stop(row, eps_rel=settings.eps_rel, callback=settings.callback,
+                      time_limit=settings.time_limit, elapsed=row["time [s]"])

@@ -87,8 +87,8 @@ import scipy.linalg as la
 
 from .. import result as R
 from .._table import IterationTable
-from .reduce import (RANK_RTOL, exact_parts, fingerprint, lift_multipliers, lift_precision,
-                             project_precision, reduce, validate)
+from .reduce import (RANK_RTOL, Reduction, exact_parts, fingerprint, lift_multipliers,
+                     lift_precision, project_precision, reduce, validate)
 from ..result import SolverResult, relative_gap
 
 __all__ = ["FitnessData", "NewtonSettings", "solve", "solve_privacy_bound", "dual_bound",
@@ -353,61 +353,148 @@ def uniform_weight_start(d: FitnessData) -> np.ndarray:
     return (X + X.T) / 2
 
 
-def _newton(d: FitnessData, s: NewtonSettings, X: np.ndarray, t0: float, table: IterationTable,
-            eps_stop: float, resume: dict | None = None) -> dict:
-    """The SM-II stages on an instance whose ``L`` has full column rank (see :func:`solve`).
+def _path_start(d: FitnessData, s: NewtonSettings, X: np.ndarray, resume: dict | None
+                ) -> tuple[np.ndarray, float, float, tuple[np.ndarray | None, np.ndarray | None]]:
+    """The first stage's point, soft-max parameters ``beta, gamma`` and log-priors.
 
-    Stops when the relative gap ``(f - D) / f`` is at most ``eps_stop`` (scale free: the
-    targets' units never decide when to stop).  ``resume`` is a previous run's final stage
-    (point, priors, soft-max parameters, best point): the run continues from there, so a warm
-    start from a solved instance certifies at once instead of re-walking the smoothing path."""
-    n, m = d.B.shape[1], d.L.shape[0]
-    priors: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    A resumed run continues from the previous run's final stage; otherwise ``beta = gamma =
+    _BETA0 log(max(n, m)) / sqrt(max_j p_j max_i q_i)`` (or ``settings.beta0``) at ``X``,
+    with no priors."""
     if resume is not None:
-        X = resume["X"]
-        beta, gamma = resume["beta"], resume["gamma"]
-        priors = resume["priors"]
-    else:
-        p, q, *_ = objective_parts(d, X)
-        scale = math.sqrt(float(p.max()) * float(q.max()))
-        beta = s.beta0 if s.beta0 is not None else _BETA0 * math.log(max(n, m, 2)) / scale
-        gamma = beta
-    best_X, best_cost = _scale_feasible(d, X)
-    if resume is not None and resume.get("best_cost", math.inf) <= best_cost:
-        best_X, best_cost = resume["best_X"], resume["best_cost"]
-        # the previous run's certificate, recomputed: if it already meets the tolerance the
-        # previous answer is returned as it was, without a Newton step
-        bound = dual_bound(d, resume["mu"], resume["lam"])
-        if (best_cost - bound) / best_cost <= eps_stop:
-            return {"X": best_X, "cost": best_cost, "mu": resume["mu"], "lam": resume["lam"],
-                    "lower": bound, "status": R.OPTIMAL, "history": [], "newton": 0,
-                    "stages": 0, "cg": 0, "beta": beta, "resume": resume}
-    lower = 0.0
-    history: list[dict] = []
-    newton = stage = cg_total = 0
-    status = None
-    gaps: list[float] = []
-    mu = np.full(n, 1.0 / n)
-    lam_hat = np.full(m, 1.0) / d.c
-    X_before = None                       # the end of the stage before the previous one
-    stall_stages = max(2, math.ceil(math.log(_STALL_GROWTH) / math.log(s.growth)))
-    while status is None:
-        stage += 1
-        stage_priors = priors
+        return resume["X"], resume["beta"], resume["gamma"], resume["priors"]
+    n, m = d.B.shape[1], d.L.shape[0]
+    p, q, *_ = objective_parts(d, X)
+    scale = math.sqrt(float(p.max()) * float(q.max()))
+    beta = s.beta0 if s.beta0 is not None else _BETA0 * math.log(max(n, m, 2)) / scale
+    return X, beta, beta, (None, None)
+
+
+def _certified_resume(d: FitnessData, resume: dict, beta: float, eps_stop: float) -> dict | None:
+    """The previous run's answer, unchanged and without a Newton step, when its certificate
+    (the dual bound of its multipliers, recomputed) still meets ``eps_stop``; else ``None``."""
+    best_X, best_cost = resume["best_X"], resume["best_cost"]
+    bound = dual_bound(d, resume["mu"], resume["lam"])
+    if (best_cost - bound) / best_cost <= eps_stop:
+        return {"X": best_X, "cost": best_cost, "mu": resume["mu"], "lam": resume["lam"],
+                "lower": bound, "status": R.OPTIMAL, "history": [], "newton": 0,
+                "stages": 0, "cg": 0, "beta": beta, "resume": resume}
+    return None
+
+
+def _smoothing_scale(n: int, m: int, beta: float, gamma: float) -> float:
+    """``log(n) / beta + log(m) / gamma`` (``m`` at least 2): how far the soft-maxes may
+    lie above the maxima, the scale the inner Newton iterations are measured against."""
+    return math.log(n) / beta + math.log(max(m, 2)) / gamma if n > 1 else \
+        math.log(max(m, 2)) / gamma
+
+
+def _descent(g: np.ndarray, direction: np.ndarray) -> tuple[np.ndarray, float]:
+    """The Newton-CG direction and its slope ``<g, direction>``, or steepest descent ``-g``
+    when rounding made the direction not a descent direction."""
+    slope = float(np.sum(g * direction))
+    if slope >= 0:
+        direction, slope = -g, -float(np.sum(g * g))
+    return direction, slope
+
+
+def _backtrack(F: _Smoothed, direction: np.ndarray, slope: float, step: float,
+               priors: tuple[np.ndarray | None, np.ndarray | None]
+               ) -> tuple[float, _Smoothed] | None:
+    """Backtracking from ``step``, halving: the first step whose point is positive definite
+    (Cholesky) and gives the Armijo decrease ``F_new <= F + 1e-4 step slope``, with the
+    smoothed function there; ``None`` after 60 halvings."""
+    X = F.X
+    for _ in range(60):
+        Xn = X + step * direction
+        try:
+            chol = np.linalg.cholesky(Xn)
+        except np.linalg.LinAlgError:
+            step *= 0.5
+            continue
+        Fn = _Smoothed(F.d, Xn, F.beta, F.gamma, chol, priors=priors)
+        if Fn.value <= F.value + 1e-4 * step * slope:
+            return step, Fn
+        step *= 0.5
+    return None
+
+
+def _exponential_multipliers(F: _Smoothed) -> tuple[np.ndarray, np.ndarray]:
+    """Log-priors of the next stage: the logarithms of this stage's soft-max weights ``w``
+    and ``u``, floored at ``_LOG_FLOOR``."""
+    return (np.maximum(np.log(np.maximum(F.w, 1e-300)), _LOG_FLOOR),
+            np.maximum(np.log(np.maximum(F.u, 1e-300)), _LOG_FLOOR))
+
+
+class _Stages:
+    """The SM-II stages of one run of :func:`_newton`: per stage, damped Newton-CG on the
+    smoothed problem ``F`` (Problem 4), then a certificate from its multipliers; between
+    stages ``beta, gamma`` grow and the priors move.  Holds the counters, the incumbent and
+    the best certificate across stages."""
+
+    def __init__(self, d: FitnessData, s: NewtonSettings, t0: float, table: IterationTable,
+                 eps_stop: float, best_X: np.ndarray, best_cost: float) -> None:
+        n, m = d.B.shape[1], d.L.shape[0]
+        self.d, self.s, self.t0, self.table, self.eps_stop = d, s, t0, table, eps_stop
+        self.best_X, self.best_cost = best_X, best_cost
+        self.lower = 0.0
+        self.history: list[dict] = []
+        self.newton = self.stage = self.cg_total = 0
+        self.gaps: list[float] = []
+        self.mu = np.full(n, 1.0 / n)
+        self.lam_hat = np.full(m, 1.0) / d.c
+        self.stall_stages = max(2, math.ceil(math.log(_STALL_GROWTH) / math.log(s.growth)))
+
+    def run(self, X: np.ndarray, beta: float, gamma: float,
+            priors: tuple[np.ndarray | None, np.ndarray | None]) -> dict:
+        """Stages from ``X`` until a status is decided (:meth:`_status`); the result dict of
+        :func:`_newton`."""
+        status = None
+        X_before = None                       # the end of the stage before the previous one
+        while status is None:
+            self.stage += 1
+            stage_priors = priors
+            F = self._stage_start(X, X_before, beta, gamma, priors)
+            X_end_previous = X
+            F = self._minimize(F, priors)
+            X = F.X
+            status = self._status(self._certify(F, beta))
+            if status is None:
+                # Exponential multipliers (Tseng & Bertsekas 1993): the next stage smooths with
+                # this stage's weights as priors, so its minimizer moves towards the KKT point
+                # itself and not only towards it as beta grows.
+                priors = _exponential_multipliers(F)
+                beta *= self.s.growth
+                gamma *= self.s.growth
+                # the start is not on the path
+                X_before = X_end_previous if self.stage > 1 else None
+        return self._result(X, beta, gamma, stage_priors, status)
+
+    def _stage_start(self, X: np.ndarray, X_before: np.ndarray | None, beta: float,
+                     gamma: float, priors: tuple[np.ndarray | None, np.ndarray | None]
+                     ) -> _Smoothed:
+        """The smoothed function at the stage's first point: ``X``, or the predictor from the
+        two previous stages' ends when its value is lower."""
+        d = self.d
         F = _Smoothed(d, X, beta, gamma, priors=priors)
         if X_before is not None:
             # Predictor: along the smoothing path X(beta) ~ X* + C / beta, so the next
             # stage's optimum is near X + (X - X_before) / growth.
             try:
-                Fp = _Smoothed(d, X + (X - X_before) / s.growth, beta, gamma, priors=priors)
+                Fp = _Smoothed(d, X + (X - X_before) / self.s.growth, beta, gamma, priors=priors)
                 if Fp.value < F.value:
                     F = Fp
             except np.linalg.LinAlgError:
                 pass
-        X_end_previous = X
-        X = F.X
-        smoothing_scale = math.log(n) / beta + math.log(max(m, 2)) / gamma if n > 1 else \
-            math.log(max(m, 2)) / gamma
+        return F
+
+    def _minimize(self, F: _Smoothed, priors: tuple[np.ndarray | None, np.ndarray | None]
+                  ) -> _Smoothed:
+        """Damped Newton-CG on one stage's smoothed function from ``F``: at most
+        ``_STAGE_NEWTON_MAX`` steps, until ``g^T K^{-1} g <= _INNER_TOL * smoothing scale``,
+        the line search fails, or the step or time budget runs out.  Returns the last point's
+        smoothed function."""
+        d, s = self.d, self.s
+        smoothing_scale = _smoothing_scale(d.B.shape[1], d.L.shape[0], F.beta, F.gamma)
         precond, steps_since_precond = None, 0
         last_step = 1.0
         for _ in range(_STAGE_NEWTON_MAX):
@@ -418,74 +505,90 @@ def _newton(d: FitnessData, s: NewtonSettings, X: np.ndarray, t0: float, table: 
                 precond, steps_since_precond = F.preconditioner(), 0
             steps_since_precond += 1
             direction, cg_it, gKg = _cg(F, g, s.cg_max, _CG_RTOL, precond)
-            cg_total += cg_it
-            newton += 1
-            slope = float(np.sum(g * direction))
-            if slope >= 0:
-                direction, slope = -g, -float(np.sum(g * g))
-            # backtracking: positive definite (Cholesky) and Armijo decrease
-            step = min(1.0, 4.0 * last_step)     # a damped stage stays damped: skip hopeless trials
-            accepted = False
-            for _ in range(60):
-                Xn = X + step * direction
-                try:
-                    chol = np.linalg.cholesky(Xn)
-                except np.linalg.LinAlgError:
-                    step *= 0.5
-                    continue
-                Fn = _Smoothed(d, Xn, beta, gamma, chol, priors=priors)
-                if Fn.value <= F.value + 1e-4 * step * slope:
-                    accepted = True
-                    break
-                step *= 0.5
-            if not accepted:
+            self.cg_total += cg_it
+            self.newton += 1
+            direction, slope = _descent(g, direction)
+            # a damped stage stays damped: skip hopeless trials
+            accepted = _backtrack(F, direction, slope, min(1.0, 4.0 * last_step), priors)
+            if accepted is None:
                 break
-            last_step = step
-            X, F = Xn, Fn
+            last_step, F = accepted
             # Smoothing only approximates the max to within the smoothing scale; solving much
             # more accurately is wasted work.  g^T K^{-1} g bounds the decrement from above
             # even when the truncated CG resolves only the stiff directions.
-            if gKg <= _INNER_TOL * smoothing_scale or newton >= s.max_iters:
+            if gKg <= _INNER_TOL * smoothing_scale or self.newton >= s.max_iters:
                 break
-            if time.perf_counter() - t0 > s.time_limit:
+            if time.perf_counter() - self.t0 > s.time_limit:
                 break
-        # certificate from this stage's multipliers
-        Xs, cost = _scale_feasible(d, X)
+        return F
+
+    def _certify(self, F: _Smoothed, beta: float) -> dict:
+        """The certificate from this stage's multipliers ``mu = w``, ``lam = u / c``: update
+        the incumbent (``F.X`` rescaled to feasibility) and the best dual bound, record and
+        print the history row, which it returns."""
+        d = self.d
+        Xs, cost = _scale_feasible(d, F.X)
         # a new best must be better beyond rounding, so a warm start at the optimum stays put
-        if cost < best_cost * (1 - 1e-13):
-            best_X, best_cost = Xs, cost
+        if cost < self.best_cost * (1 - 1e-13):
+            self.best_X, self.best_cost = Xs, cost
         bound = dual_bound(d, F.w, F.u / d.c)
-        if bound >= lower:
-            lam_hat, mu, lower = F.u / d.c, F.w, bound
-        gap = (best_cost - lower) / best_cost
-        row = {"stage": stage, "newton": newton, "beta": beta, "sq. cost": best_cost,
-               "lower bnd": lower, "rel gap": gap, "cg": cg_total,
-               "time [s]": time.perf_counter() - t0}
-        history.append(row)
-        table.row(row)
-        gaps.append(gap)
-        if gap <= eps_stop:
-            status = R.OPTIMAL
-        elif len(gaps) > stall_stages and gap > 0.5 * gaps[-1 - stall_stages]:
-            status = R.OPTIMAL_INACCURATE     # the gap stopped shrinking: rounding limits it
-        elif s.callback is not None and s.callback(dict(row, X=best_X)):
-            status = R.USER_LIMIT
-        elif newton >= s.max_iters or time.perf_counter() - t0 > s.time_limit:
-            status = R.OPTIMAL_INACCURATE
-        else:
-            # Exponential multipliers (Tseng & Bertsekas 1993): the next stage smooths with
-            # this stage's weights as priors, so its minimizer moves towards the KKT point
-            # itself and not only towards it as beta grows.
-            priors = (np.maximum(np.log(np.maximum(F.w, 1e-300)), _LOG_FLOOR),
-                      np.maximum(np.log(np.maximum(F.u, 1e-300)), _LOG_FLOOR))
-            beta *= s.growth
-            gamma *= s.growth
-            X_before = X_end_previous if stage > 1 else None     # the start is not on the path
-    resume_state = {"X": X, "beta": beta, "gamma": gamma, "priors": stage_priors,
-                    "best_X": best_X, "best_cost": best_cost, "mu": mu, "lam": lam_hat}
-    return {"X": best_X, "cost": best_cost, "mu": mu, "lam": lam_hat, "lower": lower,
-            "status": status, "history": history, "newton": newton, "stages": stage,
-            "cg": cg_total, "beta": beta, "resume": resume_state}
+        if bound >= self.lower:
+            self.lam_hat, self.mu, self.lower = F.u / d.c, F.w, bound
+        gap = (self.best_cost - self.lower) / self.best_cost
+        row = {"stage": self.stage, "newton": self.newton, "beta": beta,
+               "sq. cost": self.best_cost, "lower bnd": self.lower, "rel gap": gap,
+               "cg": self.cg_total, "time [s]": time.perf_counter() - self.t0}
+        self.history.append(row)
+        self.table.row(row)
+        self.gaps.append(gap)
+        return row
+
+    def _status(self, row: dict) -> str | None:
+        """``optimal`` when the relative gap meets ``eps_stop``; ``optimal_inaccurate`` when
+        it stalled (not halved over the last ``stall_stages`` stages) or the step or time
+        budget is spent; ``user_limit`` when the callback says stop; ``None``: go on."""
+        s, gap, gaps = self.s, row["rel gap"], self.gaps
+        if gap <= self.eps_stop:
+            return R.OPTIMAL
+        if len(gaps) > self.stall_stages and gap > 0.5 * gaps[-1 - self.stall_stages]:
+            return R.OPTIMAL_INACCURATE     # the gap stopped shrinking: rounding limits it
+        if s.callback is not None and s.callback(dict(row, X=self.best_X)):
+            return R.USER_LIMIT
+        if self.newton >= s.max_iters or time.perf_counter() - self.t0 > s.time_limit:
+            return R.OPTIMAL_INACCURATE
+        return None
+
+    def _result(self, X: np.ndarray, beta: float, gamma: float,
+                priors: tuple[np.ndarray | None, np.ndarray | None], status: str) -> dict:
+        """The result dict of :func:`_newton`, with the state that resumes the last stage
+        (its end point ``X``, parameters and ``priors``)."""
+        resume_state = {"X": X, "beta": beta, "gamma": gamma, "priors": priors,
+                        "best_X": self.best_X, "best_cost": self.best_cost, "mu": self.mu,
+                        "lam": self.lam_hat}
+        return {"X": self.best_X, "cost": self.best_cost, "mu": self.mu, "lam": self.lam_hat,
+                "lower": self.lower, "status": status, "history": self.history,
+                "newton": self.newton, "stages": self.stage, "cg": self.cg_total,
+                "beta": beta, "resume": resume_state}
+
+
+def _newton(d: FitnessData, s: NewtonSettings, X: np.ndarray, t0: float, table: IterationTable,
+            eps_stop: float, resume: dict | None = None) -> dict:
+    """The SM-II stages on an instance whose ``L`` has full column rank (see :func:`solve`).
+
+    Stops when the relative gap ``(f - D) / f`` is at most ``eps_stop`` (scale free: the
+    targets' units never decide when to stop).  ``resume`` is a previous run's final stage
+    (point, priors, soft-max parameters, best point): the run continues from there, so a warm
+    start from a solved instance certifies at once instead of re-walking the smoothing path."""
+    X, beta, gamma, priors = _path_start(d, s, X, resume)
+    best_X, best_cost = _scale_feasible(d, X)
+    if resume is not None and resume.get("best_cost", math.inf) <= best_cost:
+        best_X, best_cost = resume["best_X"], resume["best_cost"]
+        # the previous run's certificate, recomputed: if it already meets the tolerance the
+        # previous answer is returned as it was, without a Newton step
+        done = _certified_resume(d, resume, beta, eps_stop)
+        if done is not None:
+            return done
+    return _Stages(d, s, t0, table, eps_stop, best_X, best_cost).run(X, beta, gamma, priors)
 
 
 def _closed_form(d: FitnessData) -> dict:
@@ -525,8 +628,9 @@ def _violation(v: np.ndarray, c: np.ndarray) -> float:
     return float(max(0.0, np.max(v - c)))
 
 
-def _attempt(d: FitnessData, red, s: NewtonSettings, X: np.ndarray | None, t0: float,
-             table: IterationTable, resume: dict | None, strategy=None) -> dict:
+def _attempt(d: FitnessData, red: Reduction, s: NewtonSettings, X: np.ndarray | None,
+             t0: float, table: IterationTable, resume: dict | None,
+             strategy: np.ndarray | None = None) -> dict:
     """Solve the reduced instance ``red`` from ``X`` (projected) and bring the answer back:
     lift to a positive definite ``k x k`` matrix, rescale to meet every target on the
     original data, certify with the original data's dual bound."""
@@ -559,6 +663,138 @@ def _attempt(d: FitnessData, red, s: NewtonSettings, X: np.ndarray | None, t0: f
     return {"core": core, "X": Xout, "p": p, "v": v, "f": float(p.max()),
             "lower": dual_bound(d, core["mu"], lam), "lam": lam, "mu": core["mu"],
             "delta": delta, "red": red}
+
+
+def _tiers(d: FitnessData, s: NewtonSettings) -> tuple[Reduction, list[Reduction]]:
+    """The exact reduction and the reductions to solve, in order: the exact one, preceded by
+    the inexact one that drops the directions whose singular values (row-normalized ``L``)
+    lie between ``rank_rtol`` and ``_LOOSE_RANK * eps_rel`` of the largest, if there are any."""
+    normalize = not d.eta
+    red = reduce(d.B, d.L, d.c, s.rank_rtol, normalize=normalize)
+    sv = red.singular_values
+    loose = _LOOSE_RANK * s.eps_rel
+    tiers = [red]
+    if loose > s.rank_rtol and sv.size and np.any((sv > s.rank_rtol * sv[0]) & (sv <= loose * sv[0])):
+        tiers.insert(0, reduce(d.B, d.L, d.c, loose, normalize=normalize))
+    return red, tiers
+
+
+def _resume_from_state(state: dict | None, fp: str, tiers: list[Reduction]
+                       ) -> tuple[list[Reduction], dict | None, str]:
+    """The tiers to solve, the resume data and the warm-start note: a previous result's
+    ``state`` for the same data (fingerprint ``fp``) whose rank is one of the tiers resumes
+    that tier's last stage, and only that tier is solved."""
+    if isinstance(state, dict) and state.get("fingerprint") == fp and state.get("resume") is not None:
+        match = [t for t in tiers if t.rank == state.get("rank")]
+        if match:
+            return match, state["resume"], "resumed from state"
+    return tiers, None, "none"
+
+
+def _warm_point(d: FitnessData, red: Reduction, X0: np.ndarray | None, resume: dict | None,
+                warm: str) -> tuple[np.ndarray | None, str]:
+    """``X0`` as a float matrix and the warm-start note: ``None`` (and a note saying why) when
+    it is not a finite positive definite ``k x k`` matrix, i.e. when
+    :func:`~cvxdp.solvers.fitness.reduce.project_precision` rejects it."""
+    X = None
+    if X0 is not None:
+        try:
+            X = np.array(X0, dtype=float)
+        except (TypeError, ValueError):
+            X = None
+        if X is None or project_precision(red, X) is None:
+            X = None
+            warm = f"ignored: X0 is not a finite positive definite {d.k} x {d.k} matrix"
+        elif resume is None:
+            warm = "X0"
+    return X, warm
+
+
+class _Tally:
+    """What the tiers of :func:`solve` add up to: the best answer (lowest privacy cost), the
+    largest dual bound with its multipliers, Newton steps, stages, CG iterations, history
+    rows (tagged with their tier's rank) and the last tier's inner status."""
+
+    def __init__(self) -> None:
+        self.best: dict | None = None
+        self.lower, self.mu, self.lam = -math.inf, None, None
+        self.newton = self.stages = self.cg = 0
+        self.history: list[dict] = []
+        self.inner_status = R.OPTIMAL
+
+    def add(self, tier: Reduction, out: dict) -> None:
+        """Count one tier's answer ``out`` (from :func:`_attempt`)."""
+        core = out["core"]
+        self.newton += core["newton"]
+        self.stages += core["stages"]
+        self.cg += core["cg"]
+        self.history += [dict(row, rank=tier.rank) for row in core["history"]]
+        self.inner_status = core["status"]
+        if self.best is None or out["f"] < self.best["f"]:
+            self.best = out
+        if out["lower"] > self.lower:
+            self.lower, self.mu, self.lam = out["lower"], out["mu"], out["lam"]
+
+    def certified(self, s: NewtonSettings, c: np.ndarray) -> bool:
+        """Whether the best answer meets ``eps_rel`` (relative gap) and ``eps_abs``."""
+        f = self.best["f"]
+        return (f - self.lower) / f <= s.eps_rel and _violation(self.best["v"], c) <= s.eps_abs
+
+
+def _solve_tiers(d: FitnessData, s: NewtonSettings, tiers: list[Reduction],
+                 X: np.ndarray | None, t0: float, table: IterationTable, resume: dict | None,
+                 strategy: np.ndarray | None) -> _Tally:
+    """Solve the tiers in order until the best answer is certified or the time or Newton
+    step budget is spent; each tier after the first starts from the incumbent."""
+    tally = _Tally()
+    for tier in tiers:
+        tally.add(tier, _attempt(d, tier, s, X, t0, table, resume, strategy))
+        if tally.certified(s, d.c):
+            break
+        X = tally.best["X"]                         # the next tier starts from the incumbent
+        if time.perf_counter() - t0 > s.time_limit or tally.newton >= s.max_iters:
+            break
+    return tally
+
+
+def _final_status(s: NewtonSettings, residual: float, gap: float, rel: float,
+                  inner_status: str) -> str:
+    """``optimal`` when the violation is at most ``eps_abs`` and both gaps at most
+    ``eps_rel``; otherwise ``user_limit`` if the callback stopped the stages, else
+    ``optimal_inaccurate``."""
+    if residual <= s.eps_abs and gap <= s.eps_rel and rel <= s.eps_rel:
+        return R.OPTIMAL
+    if inner_status == R.USER_LIMIT:
+        return R.USER_LIMIT
+    return R.OPTIMAL_INACCURATE
+
+
+def _solver_result(d: FitnessData, s: NewtonSettings, red: Reduction, tally: _Tally, fp: str,
+                   warm: str, setup_time: float, t0: float) -> SolverResult:
+    """The result of :func:`solve` from the tiers' tally: the best point, the largest bound,
+    the variance multipliers scaled by ``lower / (lam . c)``, status and the warm-start
+    ``state``."""
+    best, lower, mu, lam = tally.best, tally.lower, tally.mu, tally.lam
+    Xout, p, v, f = best["X"], best["p"], best["v"], best["f"]
+    residual = _violation(v, d.c)
+    denom = float(lam @ d.c)
+    multipliers = (lower / denom) * lam if denom > 0 else lam
+    gap = relative_gap(f, lower)
+    rel = (f - lower) / f if f > 0 else math.inf
+    status = _final_status(s, residual, gap, rel, tally.inner_status)
+    used = best["red"]
+    new_state = {"fingerprint": fp, "rank": used.rank, "resume": best["core"]["resume"]}
+    return SolverResult(x=Xout, status=status, objective=f, lower_bound=lower, gap=gap,
+                        primal_residual=residual, iterations=tally.newton, history=tally.history,
+                        setup_time=setup_time, solve_time=time.perf_counter() - t0,
+                        duals={"variance": multipliers, "cost_weights": mu},
+                        info={"stages": tally.stages, "cg_iterations": tally.cg,
+                              "beta": best["core"]["beta"], "variance_ratio": v / d.c,
+                              "privacy_terms": p, "relative_gap": rel, "rank": red.rank,
+                              "rank_used": used.rank, "distinct_queries": int(red.L.shape[0]),
+                              "zero_rows": red.zero_rows, "null_padding": best["delta"],
+                              "closed_form": used.rank == 1, "warm_start": warm},
+                        state=new_state)
 
 
 def solve(d: FitnessData, settings: NewtonSettings | None = None,
@@ -598,86 +834,18 @@ def solve(d: FitnessData, settings: NewtonSettings | None = None,
     t0 = time.perf_counter()
     validate(d.B, d.L, d.c)
     fp = fingerprint(d.B, d.L, d.c, d.eta)
-    normalize = not d.eta
-    red = reduce(d.B, d.L, d.c, s.rank_rtol, normalize=normalize)
-    sv = red.singular_values
-    loose = _LOOSE_RANK * s.eps_rel
-    tiers = [red]
-    if loose > s.rank_rtol and sv.size and np.any((sv > s.rank_rtol * sv[0]) & (sv <= loose * sv[0])):
-        tiers.insert(0, reduce(d.B, d.L, d.c, loose, normalize=normalize))
+    red, tiers = _tiers(d, s)
     table = IterationTable(_COLUMNS, s.verbose)
     table.header(f"cvxdp NEWTON_CG (SM-II, exact Hessian), k = {d.k}, "
                  f"{d.B.shape[1]} basis columns, {d.L.shape[0]} queries; reduced to rank "
                  f"{' then '.join(str(t.rank) for t in tiers)} with {red.L.shape[0]} distinct queries")
     setup_time = time.perf_counter() - t0
-    warm = "none"
-    resume = None
-    if isinstance(state, dict) and state.get("fingerprint") == fp and state.get("resume") is not None:
-        match = [t for t in tiers if t.rank == state.get("rank")]
-        if match:
-            tiers = match
-            resume, warm = state["resume"], "resumed from state"
-    X = None
-    if X0 is not None:
-        try:
-            X = np.array(X0, dtype=float)
-        except (TypeError, ValueError):
-            X = None
-        if X is None or project_precision(red, X) is None:
-            X = None
-            warm = f"ignored: X0 is not a finite positive definite {d.k} x {d.k} matrix"
-        elif resume is None:
-            warm = "X0"
-    best = None
-    lower, mu, lam = -math.inf, None, None
-    newton = stages = cg = 0
-    history: list[dict] = []
-    inner_status = R.OPTIMAL
-    for tier in tiers:
-        out = _attempt(d, tier, s, X, t0, table, resume, strategy)
-        core = out["core"]
-        newton += core["newton"]
-        stages += core["stages"]
-        cg += core["cg"]
-        history += [dict(row, rank=tier.rank) for row in core["history"]]
-        inner_status = core["status"]
-        if best is None or out["f"] < best["f"]:
-            best = out
-        if out["lower"] > lower:
-            lower, mu, lam = out["lower"], out["mu"], out["lam"]
-        f = best["f"]
-        if (f - lower) / f <= s.eps_rel and _violation(best["v"], d.c) <= s.eps_abs:
-            break
-        X = best["X"]                         # the next tier starts from the incumbent
-        if time.perf_counter() - t0 > s.time_limit or newton >= s.max_iters:
-            break
-    Xout, p, v, f = best["X"], best["p"], best["v"], best["f"]
-    residual = _violation(v, d.c)
-    denom = float(lam @ d.c)
-    multipliers = (lower / denom) * lam if denom > 0 else lam
-    gap = relative_gap(f, lower)
-    rel = (f - lower) / f if f > 0 else math.inf
-    if residual <= s.eps_abs and gap <= s.eps_rel and rel <= s.eps_rel:
-        status = R.OPTIMAL
-    elif inner_status == R.USER_LIMIT:
-        status = R.USER_LIMIT
-    else:
-        status = R.OPTIMAL_INACCURATE
-    used = best["red"]
-    new_state = {"fingerprint": fp, "rank": used.rank, "resume": best["core"]["resume"]}
-    res = SolverResult(x=Xout, status=status, objective=f, lower_bound=lower, gap=gap,
-                       primal_residual=residual, iterations=newton, history=history,
-                       setup_time=setup_time, solve_time=time.perf_counter() - t0,
-                       duals={"variance": multipliers, "cost_weights": mu},
-                       info={"stages": stages, "cg_iterations": cg,
-                             "beta": best["core"]["beta"], "variance_ratio": v / d.c,
-                             "privacy_terms": p, "relative_gap": rel, "rank": red.rank,
-                             "rank_used": used.rank, "distinct_queries": int(red.L.shape[0]),
-                             "zero_rows": red.zero_rows, "null_padding": best["delta"],
-                             "closed_form": used.rank == 1, "warm_start": warm},
-                       state=new_state)
-    table.footer(f"status: {status}, squared privacy cost {f:.10g}, certified gap "
-                 f"{gap:.2e}, {newton} Newton steps, {cg} CG iterations")
+    tiers, resume, warm = _resume_from_state(state, fp, tiers)
+    X, warm = _warm_point(d, red, X0, resume, warm)
+    tally = _solve_tiers(d, s, tiers, X, t0, table, resume, strategy)
+    res = _solver_result(d, s, red, tally, fp, warm, setup_time, t0)
+    table.footer(f"status: {res.status}, squared privacy cost {res.objective:.10g}, certified gap "
+                 f"{res.gap:.2e}, {tally.newton} Newton steps, {tally.cg} CG iterations")
     return res
 
 
@@ -716,12 +884,7 @@ def solve_privacy_bound(d: FitnessData, rho: float, settings: NewtonSettings | N
     lam1 = r1.duals["variance"]
     a = float(lam1 @ d.c)
     kappa = rho / r1.objective
-    if residual <= s.eps_abs and gap <= s.eps_rel and rel <= s.eps_rel:
-        status = R.OPTIMAL
-    elif r1.status == R.USER_LIMIT:
-        status = R.USER_LIMIT
-    else:
-        status = R.OPTIMAL_INACCURATE
+    status = _final_status(s, residual, gap, rel, r1.status)
     info = dict(r1.info, problem=2, rho=rho, problem1_objective=r1.objective, relative_gap=rel,
                 variance_ratio=v / d.c, privacy_terms=p)
     return SolverResult(x=X, status=status, objective=sval, lower_bound=lower, gap=gap,

@@ -268,10 +268,7 @@ class _Run:
             row = {"iter": it, "objective": self.best[0] if self.best else math.nan,
                    "lower bnd": self.lower, "rel gap": gap, "pri res": r_p, "dua res": r_d,
                    "rho": self.rho, "time [s]": elapsed}
-            self.history.append(row)
-            self.table.row(row)
-            status = R.check_stop(row, eps_rel=s.eps_rel, callback=s.callback,
-                                  time_limit=s.time_limit, elapsed=elapsed)
+            status = R.record_check(row, self.history, self.table, s)
             if status is not None:
                 break
             if self.adaptive:

@@ -58,8 +58,9 @@ from .. import result as R
 from .._table import IterationTable
 from .junction_tree import JunctionTree
 from .loss import MarginalLoss
-from .lp import LocalPolytopeLP
+from .lp import LocalPolytopeLP, lp_duals
 from .polish import LocalPolytopeQP
+from .gap import relative, within_tolerance
 
 __all__ = ["solve", "estimate_total", "total_bound", "spanning_terms", "free_lower_bound",
            "NOT_IDENTIFIED"]
@@ -215,175 +216,262 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
     ``"secant"``: the 1-D method, ``"zero"``: ``mu = 0``), besides
     mirror descent's ``theta`` / ``clique_tables`` for the graphical model.  Raises
     ``ValueError`` (:data:`NOT_IDENTIFIED`) when no loss term bounds the total."""
-    s = settings or md.MirrorSettings()
-    t_start = time.perf_counter()
-    unit = md.MarginalProblem(tree, loss, 1.0)          # for split / max-product (total one)
-    spans = spanning_terms(loss, unit.offsets)
-    zero = np.zeros(loss.n)
-    f_zero, _, lams_zero = loss.value_grad(zero)
-    f_up = f_zero                                        # mu = 0 is feasible
-    n_max = total_bound(loss, spans, f_up)
-    if n_max is None:
-        raise ValueError(NOT_IDENTIFIED)
-    est = estimate_total(loss, unit.offsets)
-    table = IterationTable([("step", "d"), ("total", ".8e"), ("loss", ".6e"), ("lower bd", ".6e"),
-                            ("rel gap", ".2e"), ("dv/dN", ".2e"), ("iters", "d"), ("time", ".2f")],
-                           s.verbose)
-    table.header(f"cvxdp: the total is free (total=None); appendix-E.1 start "
-                 f"{'none' if est is None else format(est[0], '.6g')}, proven bound {n_max:.6g}")
-    cands: list[tuple[float, float]] = []              # (c, m) of every dual point seen
-    history: list[dict] = []
-    polish_log: list[dict] = []
-
-    def lower() -> float:
-        return max((c + min(0.0, m) * n_max for c, m in cands), default=-math.inf)
-
-    def add(lams) -> None:
-        cm = free_lower_bound(unit, loss, lams)
-        if cm is not None:
-            cands.append(cm)
-
-    def converged(f, lb):
-        return f - lb <= s.eps_abs + s.eps_rel * abs(f)
-
-    def out_of_time():
-        return time.perf_counter() - t_start >= s.time_limit
-
-    add(lams_zero)
-    # best point: (loss, mu, total, theta of the model, clique tables)
-    best = dict(f=f_zero, mu=zero, total=0.0, theta=None, tables=None)
-    status, route, steps, iters = None, "zero", 0, 0
-    info_inner: dict = {}
-    if converged(f_zero, lower()):
-        status = R.OPTIMAL
-
-    def keep(f, mu, total, theta, tables, how):
-        nonlocal f_up, n_max, route
-        if f < best["f"]:
-            best.update(f=f, mu=mu, total=total, theta=theta, tables=tables)
-            route = how
-        f_up = min(f_up, f)
-        n_max = min(n_max, total_bound(loss, spans, f_up))
-
-    start = est[0] if est is not None and est[0] > 0 else 0.5 * n_max
-    if total0 is not None and total0 > 0:
-        start = float(total0)
-    N = min(start, n_max) if n_max > 0 else 0.0
-    total_start = N
-    lp_tried = False
+    run = _FreeTotalRun(tree, loss, settings or md.MirrorSettings(), theta0, step0)
+    # the best point so far is mu = 0 (feasible): it may already be certified
+    status = R.OPTIMAL if run.converged(run.best["f"], run.lower()) else None
+    N = run.start_total(total0)
     # L1 / mixed losses: the exact free-total program, in one solve
-    if status is None and not loss.smooth and s.polish and N > 0:
-        lp_tried = True
+    if status is None and not loss.smooth and run.settings.polish and N > 0:
+        status, N = run.exact_free_total(N)
+    if status is None:
+        status = run.secant(N)
+    return run.result(status)
+
+
+class _FreeTotalRun:
+    """One run of :func:`solve`: the certificate (the ``(c, m)`` of every dual point seen, the
+    proven bound ``n_max`` on the optimal total), the best point, the bracket and iterates of
+    the secant method on ``v'(N)``, the verbose table; the steps of the method as methods."""
+
+    total_start: float                 # set by start_total()
+    # set by secant(): the bracket of sign changes of v', the (N, v'(N)) of the previous
+    # steps, the polish_start of the next inner solve, the loosening of its tolerance, and
+    # whether the free-total polish was tried
+    lo: float
+    hi: float
+    pts: list[tuple[float, float]]
+    polish_start: int
+    loose: float
+    free_polished: bool
+
+    def __init__(self, tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings,
+                 theta0: np.ndarray | None, step0: float | None) -> None:
+        s = self.settings = settings
+        self.t_start = time.perf_counter()
+        self.tree, self.loss = tree, loss
+        self.unit = md.MarginalProblem(tree, loss, 1.0)          # for split / max-product (total one)
+        self.spans = spanning_terms(loss, self.unit.offsets)
+        zero = np.zeros(loss.n)
+        f_zero, _, lams_zero = loss.value_grad(zero)
+        self.f_up = f_zero                                       # mu = 0 is feasible
+        n_max = total_bound(loss, self.spans, self.f_up)
+        if n_max is None:
+            raise ValueError(NOT_IDENTIFIED)
+        self.n_max: float = n_max
+        self.est = estimate_total(loss, self.unit.offsets)
+        self.table = IterationTable([("step", "d"), ("total", ".8e"), ("loss", ".6e"),
+                                     ("lower bd", ".6e"), ("rel gap", ".2e"), ("dv/dN", ".2e"),
+                                     ("iters", "d"), ("time", ".2f")], s.verbose)
+        self.table.header(f"cvxdp: the total is free (total=None); appendix-E.1 start "
+                          f"{'none' if self.est is None else format(self.est[0], '.6g')}, "
+                          f"proven bound {n_max:.6g}")
+        self.cands: list[tuple[float, float]] = []          # (c, m) of every dual point seen
+        self.history: list[dict] = []
+        self.polish_log: list[dict] = []
+        self.add(lams_zero)
+        # best point: (loss, mu, total, theta of the model, clique tables)
+        self.best = dict(f=f_zero, mu=zero, total=0.0, theta=None, tables=None)
+        self.route, self.steps, self.iters = "zero", 0, 0
+        self.duals: dict[str, np.ndarray] = {}            # of the exact free-total program
+        self.lp_tried = False
+        self.theta, self.step = theta0, step0              # the warm start of the next inner solve
+        self.last: R.SolverResult | None = None            # the last inner solve
+
+    # ---------------------------------------------------------------- the certificate
+    def lower(self) -> float:
+        """The best certified lower bound ``max c + min(0, m) N_max`` over the dual points."""
+        return max((c + min(0.0, m) * self.n_max for c, m in self.cands), default=-math.inf)
+
+    def add(self, lams) -> None:
+        """Add the dual point ``lams`` to the certificate (when in the conjugates' domain)."""
+        cm = free_lower_bound(self.unit, self.loss, lams)
+        if cm is not None:
+            self.cands.append(cm)
+
+    def converged(self, f: float, lb: float) -> bool:
+        """The stopping test on the certified gap ``f - lb``."""
+        s = self.settings
+        return within_tolerance(f, f - lb, s.eps_abs, s.eps_rel)
+
+    def out_of_time(self) -> bool:
+        """``time_limit`` seconds spent."""
+        return time.perf_counter() - self.t_start >= self.settings.time_limit
+
+    def keep(self, f: float, mu: np.ndarray, total: float, theta: np.ndarray | None,
+             tables: list[np.ndarray] | None, how: str) -> None:
+        """A feasible point: kept if its loss is the best so far (``how`` the route to it);
+        its loss tightens the proven bound on the optimal total."""
+        if f < self.best["f"]:
+            self.best.update(f=f, mu=mu, total=total, theta=theta, tables=tables)
+            self.route = how
+        self.f_up = min(self.f_up, f)
+        self.n_max = min(self.n_max, total_bound(self.loss, self.spans, self.f_up))
+
+    def log_row(self, step: int, total: float, f: float, lb: float, iters: int, route: str,
+                d: float | None = None) -> None:
+        """A row of the verbose table and the history (``d``: ``v'(N)`` of a secant step)."""
+        f_best = self.best["f"]
+        row = dict(step=step, total=total, loss=f, **{"lower bd": lb,
+                   "rel gap": relative(f_best - lb, f_best)})
+        if d is not None:
+            row["dv/dN"] = d
+        row.update(iters=iters, time=time.perf_counter() - self.t_start, route=route)
+        self.history.append(row)
+        self.table.row(row)
+
+    # ---------------------------------------------------------------- the start
+    def start_total(self, total0: float | None) -> float:
+        """The first total: ``total0`` if positive, else the appendix-E.1 estimate if
+        positive, else half the proven bound; never above the bound."""
+        est = self.est
+        start = est[0] if est is not None and est[0] > 0 else 0.5 * self.n_max
+        if total0 is not None and total0 > 0:
+            start = float(total0)
+        self.total_start = min(start, self.n_max) if self.n_max > 0 else 0.0
+        return self.total_start
+
+    def exact_free_total(self, N: float) -> tuple[str | None, float]:
+        """L1 / mixed losses: the exact program with the total row removed
+        (``LocalPolytopeLP(..., free_total=True)``), in one solve.  Returns the status to stop
+        with (or ``None``) and the total the secant method starts from (the fitted one)."""
+        loss, s = self.loss, self.settings
+        self.lp_tried = True
         t0 = time.perf_counter()
         entry = dict(iter=0, seconds=0.0, kind="lp_free_total")
-        polish_log.append(entry)
+        self.polish_log.append(entry)
         try:
-            lp = LocalPolytopeLP(tree, loss, N, free_total=True)
+            lp = LocalPolytopeLP(self.tree, loss, N, free_total=True)
         except ValueError as exc:
             lp, entry["skipped"] = None, str(exc)
-        pol = lp.solve(deadline=t_start + s.time_limit) if lp is not None else None
+        pol = lp.solve(deadline=self.t_start + s.time_limit) if lp is not None else None
         entry["seconds"] = time.perf_counter() - t0
         if pol is not None:
-            add(pol.lams)
+            self.add(pol.lams)
             if pol.alt_lams is not None:
-                add(pol.alt_lams)
-            fitted = float(pol.x[tree.preorder[0]].sum())
-            keep(loss.value(pol.mu), pol.mu, fitted, None, pol.x, "lp")
+                self.add(pol.alt_lams)
+            fitted = float(pol.x[self.tree.preorder[0]].sum())
+            self.keep(loss.value(pol.mu), pol.mu, fitted, None, pol.x, "lp")
             entry.update(method=pol.method, iterations=pol.iterations, residual=pol.residual)
-            info_inner.update(duals=dict(local_nonneg=pol.s, local_consistency=pol.nu,
-                                         loss=np.concatenate(pol.lams) if pol.lams else zero[:0]))
+            self.duals = lp_duals(pol)
             if fitted > 0:
-                N = min(fitted, n_max)
-        lb = lower()
-        row = dict(step=0, total=best["total"], loss=best["f"], **{"lower bd": lb,
-                   "rel gap": (best["f"] - lb) / max(abs(best["f"]), 1e-300)}, iters=0,
-                   time=time.perf_counter() - t_start, route="lp")
-        history.append(row)
-        table.row(row)
-        if converged(best["f"], lb):
-            status = R.OPTIMAL
-    # the secant loop on v'(N), mirror descent (with its exact polish) inside
-    lo, hi = 0.0, n_max
-    pts: list[tuple[float, float]] = []
-    theta, step = theta0, step0
-    last = None
-    polish_start = s.polish_start
-    loose = _LOOSE
-    free_polished = False
-    while status is None:
-        if N <= 0 or hi <= 0:
-            status = R.OPTIMAL if converged(best["f"], lower()) else R.OPTIMAL_INACCURATE
-            break
+                N = min(fitted, self.n_max)
+        lb = self.lower()
+        self.log_row(0, self.best["total"], self.best["f"], lb, 0, "lp")
+        return (R.OPTIMAL if self.converged(self.best["f"], lb) else None), N
+
+    # ---------------------------------------------------------------- the secant method
+    def secant(self, N: float) -> str:
+        """The secant loop on ``v'(N)``, mirror descent (with its exact polish) inside; returns
+        the status."""
+        self.lo, self.hi = 0.0, self.n_max
+        self.pts = []
+        self.polish_start = self.settings.polish_start
+        self.loose = _LOOSE
+        self.free_polished = False
+        while True:
+            if N <= 0 or self.hi <= 0:
+                return R.OPTIMAL if self.converged(self.best["f"], self.lower()) else R.OPTIMAL_INACCURATE
+            res = self.inner_solve(N)
+            if res.info.get("clique_tables") is not None:
+                self.polish_start = 0     # the next total polishes at once, from this model's support
+                if self.loss.smooth and not self.free_polished and self.free_polish(res, N):
+                    return R.OPTIMAL
+            f, d, lb = self.secant_point(res, N)
+            status = self.stop_after(res, lb)
+            if status is not None:
+                return status
+            self.narrow(N, f, d)
+            if self.hi - self.lo <= 1e-13 * max(self.hi, 1e-300):
+                return R.OPTIMAL_INACCURATE                 # N pinned down to rounding
+            nxt = self.next_total(N, d, res.x)
+            self.pts.append((N, d))
+            N = nxt
+
+    def inner_solve(self, N: float) -> R.SolverResult:
+        """Mirror descent at the fixed total ``N``, warm-started from the previous solve, to
+        a tolerance loosened by ``loose`` while the total is still far off."""
+        s = self.settings
         inner = dataclasses.replace(
-            s, eps_abs=_INNER_TOL * loose * s.eps_abs, eps_rel=_INNER_TOL * loose * s.eps_rel,
-            max_iters=max(s.max_iters - iters, 0),
-            time_limit=max(s.time_limit - (time.perf_counter() - t_start), 0.0),
-            polish=s.polish and not (lp_tried and not loss.smooth), polish_start=polish_start)
-        res = md.solve(md.MarginalProblem(tree, loss, N), inner, theta0=theta, step0=step)
-        last = res
-        steps += 1
-        iters += res.iterations
-        polish_log.extend(dict(e, total=N) for e in res.info.get("polish", []))
-        theta, step = res.state.get("theta"), res.state.get("step")
-        if res.info.get("clique_tables") is not None:
-            polish_start = 0          # the next total polishes at once, from this model's support
-            if loss.smooth and not free_polished:
-                free_polished = True
-                _free_polish(tree, loss, N, res.info["clique_tables"], keep, add, polish_log,
-                             deadline=t_start + s.time_limit)
-                lb = lower()
-                if converged(best["f"], lb):
-                    status = R.OPTIMAL
-                    history.append(dict(step=steps, total=best["total"], loss=best["f"],
-                                        **{"lower bd": lb, "rel gap": (best["f"] - lb) / max(abs(best["f"]), 1e-300)},
-                                        iters=iters, time=time.perf_counter() - t_start, route="qp"))
-                    table.row(history[-1])
-                    break
+            s, eps_abs=_INNER_TOL * self.loose * s.eps_abs, eps_rel=_INNER_TOL * self.loose * s.eps_rel,
+            max_iters=max(s.max_iters - self.iters, 0),
+            time_limit=max(s.time_limit - (time.perf_counter() - self.t_start), 0.0),
+            polish=s.polish and not (self.lp_tried and not self.loss.smooth),
+            polish_start=self.polish_start)
+        res = md.solve(md.MarginalProblem(self.tree, self.loss, N), inner, theta0=self.theta,
+                       step0=self.step)
+        self.last = res
+        self.steps += 1
+        self.iters += res.iterations
+        self.polish_log.extend(dict(e, total=N) for e in res.info.get("polish", []))
+        self.theta, self.step = res.state.get("theta"), res.state.get("step")
+        return res
+
+    def free_polish(self, res: R.SolverResult, N: float) -> bool:
+        """Quadratic losses, once, after the first polished inner solve: :func:`_free_polish`
+        from its support.  True when the certificate then closes (the run is optimal)."""
+        self.free_polished = True
+        _free_polish(self.tree, self.loss, N, res.info["clique_tables"], self.keep, self.add,
+                     self.polish_log, deadline=self.t_start + self.settings.time_limit)
+        lb = self.lower()
+        if not self.converged(self.best["f"], lb):
+            return False
+        self.log_row(self.steps, self.best["total"], self.best["f"], lb, self.iters, "qp")
+        return True
+
+    def secant_point(self, res: R.SolverResult, N: float) -> tuple[float, float, float]:
+        """The inner solution's dual points added to the certificate, the point kept if best,
+        its row logged; returns its loss, ``v'(N)`` (the envelope theorem) and the lower
+        bound."""
+        loss = self.loss
         mu = res.x
         f, g, lams = loss.value_grad(mu, res.info.get("tau", 0.0) if not loss.smooth else 0.0)
-        add(lams)
+        self.add(lams)
         if res.duals.get("loss") is not None and res.duals["loss"].size:
             lp_lams = lams_of(loss, res.duals["loss"])
-            add(lp_lams)
+            self.add(lp_lams)
             g = loss.adjoint(lp_lams)
         f = loss.value(mu)
         d = float(np.dot(g, mu)) / N                     # v'(N), the envelope theorem
-        keep(f, mu, N, res.info.get("theta"), res.info.get("clique_tables"), "secant")
-        hi = min(hi, n_max)
-        lb = lower()
-        row = dict(step=steps, total=N, loss=f, **{"lower bd": lb,
-                   "rel gap": (best["f"] - lb) / max(abs(best["f"]), 1e-300)},
-                   **{"dv/dN": d}, iters=iters, time=time.perf_counter() - t_start, route="secant")
-        history.append(row)
-        table.row(row)
-        if converged(best["f"], lb):
-            status = R.OPTIMAL
-            break
+        self.keep(f, mu, N, res.info.get("theta"), res.info.get("clique_tables"), "secant")
+        self.hi = min(self.hi, self.n_max)
+        lb = self.lower()
+        self.log_row(self.steps, N, f, lb, self.iters, "secant", d)
+        return f, d, lb
+
+    def stop_after(self, res: R.SolverResult, lb: float) -> str | None:
+        """The status to stop with after a secant step (certified, stopped by the user's
+        callback, out of steps, iterations or time), or ``None``."""
+        if self.converged(self.best["f"], lb):
+            return R.OPTIMAL
         if res.status == R.USER_LIMIT:
-            status = R.USER_LIMIT
-            break
-        if steps >= _MAX_STEPS or iters >= s.max_iters or out_of_time():
-            status = R.OPTIMAL_INACCURATE
-            break
+            return R.USER_LIMIT
+        if self.steps >= _MAX_STEPS or self.iters >= self.settings.max_iters or self.out_of_time():
+            return R.OPTIMAL_INACCURATE
+        return None
+
+    def narrow(self, N: float, f: float, d: float) -> None:
+        """Shrink the bracket ``[lo, hi]`` by the sign of ``v'(N) = d``; set the next inner
+        tolerance from the derivative's share of the gap."""
         if d > 0:
-            hi = min(hi, N)
+            self.hi = min(self.hi, N)
         else:
-            lo = max(lo, N)
+            self.lo = max(self.lo, N)
         # the derivative's share of the certified gap, relative: the next inner solve need
         # not be much more accurate than that
-        share = (N * d if d > 0 else (n_max - N) * -d) / max(abs(f), 1.0)
-        tight = _INNER_TOL * max(s.eps_rel, 1e-300)
-        loose = min(max(0.1 * share / tight, 1.0), _LOOSE)
-        if hi - lo <= 1e-13 * max(hi, 1e-300):
-            status = R.OPTIMAL_INACCURATE                 # N pinned down to rounding
-            break
-        # the next total: secant, Newton with the ray curvature at first, bisection as guard
+        share = (N * d if d > 0 else (self.n_max - N) * -d) / max(abs(f), 1.0)
+        tight = _INNER_TOL * max(self.settings.eps_rel, 1e-300)
+        self.loose = min(max(0.1 * share / tight, 1.0), _LOOSE)
+
+    def next_total(self, N: float, d: float, mu: np.ndarray) -> float:
+        """The next total: secant, Newton with the ray curvature at first, bisection as guard
+        (a step out of the bracket, or ``|v'|`` not halved over two steps)."""
+        lo, hi, pts = self.lo, self.hi, self.pts
         nxt = math.nan
         if pts and pts[-1][1] != d:
             n1, d1 = pts[-1]
             nxt = N - d * (N - n1) / (d - d1)
-        elif loss.smooth:
-            curv = _ray_curvature(loss, mu / N)
+        elif self.loss.smooth:
+            curv = _ray_curvature(self.loss, mu / N)
             if curv > 0:
                 nxt = N - d / curv
         else:
@@ -391,22 +479,28 @@ def solve(tree: JunctionTree, loss: MarginalLoss, settings: md.MirrorSettings | 
         stalled = len(pts) >= 2 and abs(d) > _STALL * abs(pts[-2][1])
         if not (lo < nxt < hi) or stalled or not math.isfinite(nxt):
             nxt = 0.5 * (lo + hi)
-        pts.append((N, d))
-        N = nxt
-    lb = lower()
-    f_best = best["f"]
-    table.footer(f"status {status}: loss {f_best:.8e}, certified lower bound {lb:.8e}, total "
-                 f"{best['total']:.8g} (proven bound {n_max:.6g}), {steps} total steps, {iters} "
-                 f"iterations, {time.perf_counter() - t_start:.2f} s")
-    info = dict(algorithm=s.algorithm, theta=best["theta"], clique_tables=best["tables"],
-                total=best["total"], total_start=total_start, total_bound=n_max,
-                total_steps=steps, route=route, abs_gap=f_best - lb, polish=polish_log,
-                lipschitz=last.info["lipschitz"] if last is not None else math.nan,
-                tau=last.info.get("tau", 0.0) if last is not None else 0.0)
-    return R.SolverResult(
-        x=best["mu"], status=status, objective=f_best, lower_bound=lb,
-        gap=(f_best - lb) / max(abs(f_best), 1.0), iterations=iters,
-        duals=info_inner.get("duals", {}) if route == "lp" else {},
-        setup_time=0.0, solve_time=time.perf_counter() - t_start, history=history,
-        primal_residual=0.0, info=info,
-        state=dict(theta=theta, step=step))
+        return nxt
+
+    # ---------------------------------------------------------------- the result
+    def result(self, status: str) -> R.SolverResult:
+        """The final footer and the :class:`SolverResult` of the best point."""
+        s, best, last = self.settings, self.best, self.last
+        lb = self.lower()
+        f_best = best["f"]
+        self.table.footer(f"status {status}: loss {f_best:.8e}, certified lower bound {lb:.8e}, "
+                          f"total {best['total']:.8g} (proven bound {self.n_max:.6g}), "
+                          f"{self.steps} total steps, {self.iters} iterations, "
+                          f"{time.perf_counter() - self.t_start:.2f} s")
+        info = dict(algorithm=s.algorithm, theta=best["theta"], clique_tables=best["tables"],
+                    total=best["total"], total_start=self.total_start, total_bound=self.n_max,
+                    total_steps=self.steps, route=self.route, abs_gap=f_best - lb,
+                    polish=self.polish_log,
+                    lipschitz=last.info["lipschitz"] if last is not None else math.nan,
+                    tau=last.info.get("tau", 0.0) if last is not None else 0.0)
+        return R.SolverResult(
+            x=best["mu"], status=status, objective=f_best, lower_bound=lb,
+            gap=(f_best - lb) / max(abs(f_best), 1.0), iterations=self.iters,
+            duals=self.duals if self.route == "lp" else {},
+            setup_time=0.0, solve_time=time.perf_counter() - self.t_start, history=self.history,
+            primal_residual=0.0, info=info,
+            state=dict(theta=self.theta, step=self.step))

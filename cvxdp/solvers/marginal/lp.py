@@ -92,7 +92,7 @@ from .junction_tree import JunctionTree, marginalizer
 from .loss import MarginalLoss
 from .polish import local_polytope_matrices
 
-__all__ = ["LocalPolytopeLP", "LPResult", "MAX_LP_SIZE", "repair"]
+__all__ = ["LocalPolytopeLP", "LPResult", "MAX_LP_SIZE", "repair", "lp_duals"]
 
 #: largest program (junction-tree cells + L1 residual pairs + L2 residuals, i.e. LP columns)
 #: the exact polish builds; beyond it mirror descent goes on alone
@@ -488,3 +488,11 @@ class LocalPolytopeLP:
         return LPResult(x=tables, mu=mu, lams=lams, nu=nu, s=s, dual_bound=z_obj, method=method,
                         iterations=iters, residual=resid, repaired=repaired,
                         alt_lams=None if self.pure else lams_y)
+
+
+def lp_duals(pol: LPResult) -> dict[str, np.ndarray]:
+    """``SolverResult.duals`` of an exact L1 / mixed solve (count units; see
+    :mod:`cvxdp.solvers.marginal.lp`): the multipliers ``s >= 0`` of the junction-tree cells,
+    ``nu`` of the consistency rows and the loss duals ``lam_t`` of the terms, concatenated."""
+    return dict(local_nonneg=pol.s, local_consistency=pol.nu,
+                loss=np.concatenate(pol.lams) if pol.lams else np.zeros(0))

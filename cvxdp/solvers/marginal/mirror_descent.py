@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -74,8 +74,9 @@ from .. import result as R
 from .._table import IterationTable
 from .junction_tree import JunctionTree
 from .loss import MarginalLoss
-from .lp import LocalPolytopeLP, LPResult
+from .lp import LocalPolytopeLP, LPResult, lp_duals
 from .polish import MAX_POLISH_CELLS, LocalPolytopeQP, PolishResult
+from .gap import relative, within_tolerance
 
 __all__ = ["MirrorSettings", "MarginalProblem", "solve", "ALGORITHMS"]
 
@@ -177,258 +178,369 @@ class MarginalProblem:
 def solve(problem: MarginalProblem, settings: MirrorSettings | None = None, *,
           theta0: np.ndarray | None = None, step0: float | None = None) -> R.SolverResult:
     """Minimise ``problem.loss`` over the marginal polytope; see the module docstring."""
-    s = settings or MirrorSettings()
-    t_start = time.perf_counter()
-    P, loss, N = problem, problem.loss, problem.total
-    tau = 0.0
-    if not loss.smooth:
-        scales = np.concatenate([1.0 / t.w[t.w > 0] for t in loss.terms if t.kind == "l1"] or [np.ones(1)])
-        tau = _TAU0 * float(np.median(scales))
-    table = IterationTable([("iter", "d"), ("loss", ".6e"), ("lower bd", ".6e"), ("rel gap", ".2e"),
-                            ("step", ".2e"), ("tau", ".1e"), ("time", ".2f")], s.verbose)
-    table.header(f"cvxdp {s.algorithm} over the marginal polytope: {len(P.tree.factors)} cliques, "
-                 f"{loss.n:,} marginal cells; {P.tree.summary()}")
-    theta = np.zeros(loss.n) if theta0 is None else np.array(theta0, dtype=float)
-    mu, log_z = P.oracle(theta)
-    best_lb, status, history = -math.inf, None, []
-    lip = loss.lipschitz(P.offsets, N, tau)
-    setup_time = time.perf_counter() - t_start
-    it = 0
+    run = _Run(problem, settings or MirrorSettings(), theta0)
+    if run.settings.algorithm in ("mirror_descent", "accelerated"):
+        status = run.mirror_descent(step0)
+    else:
+        status = run.dual_averaging()
+    return run.result(status)
 
-    def check(f_smooth, lams, step):
+
+def _initial_tau(loss: MarginalLoss) -> float:
+    """The first Huber width of the L1 terms: ``_TAU0`` times the median L1 noise scale
+    ``1/w`` (``0`` for a smooth loss, which is not smoothed)."""
+    if loss.smooth:
+        return 0.0
+    scales = np.concatenate([1.0 / t.w[t.w > 0] for t in loss.terms if t.kind == "l1"] or [np.ones(1)])
+    return _TAU0 * float(np.median(scales))
+
+
+def _first_polish(problem: MarginalProblem, s: MirrorSettings) -> int | None:
+    """The iteration of the first polish attempt, or ``None`` for none: the active-set polish
+    of a quadratic loss (not for dual averaging, nor above ``MAX_POLISH_CELLS`` junction-tree
+    cells), the exact L1 / mixed solve for a loss with L1 terms (every algorithm)."""
+    if problem.loss.smooth:
+        return s.polish_start if (s.polish and s.algorithm != "dual_averaging"
+                                  and sum(problem.tree.cells) <= MAX_POLISH_CELLS) else None
+    return s.polish_start if s.polish else None
+
+
+class _Anchor(NamedTuple):
+    """The point a mirror step is taken from: log-potentials ``theta``, their marginals ``mu``
+    and log-partition function ``log_z``, the (smoothed) loss ``f`` and its gradient ``g``."""
+
+    theta: np.ndarray
+    mu: np.ndarray
+    log_z: float
+    f: float
+    g: np.ndarray
+
+
+class _Run:
+    """One run of :func:`solve`: the iterate, the certificate (best lower bound, verbose table,
+    history) and the polish bookkeeping, with the steps of the algorithms as methods.
+
+    ``theta`` is the model's log-potentials: the mirror iterate, or for dual averaging the
+    model of its averaged gradient (``model_theta`` of Algorithm 2)."""
+
+    # set by mirror_descent(): the iterate's (smoothed) loss, gradient and loss duals, the
+    # previous iterate and the momentum counter
+    f: float
+    g: np.ndarray
+    lams: list[np.ndarray]
+    theta_prev: np.ndarray
+    k_mom: int
+
+    def __init__(self, problem: MarginalProblem, settings: MirrorSettings,
+                 theta0: np.ndarray | None) -> None:
+        s = self.settings = settings
+        self.t_start = time.perf_counter()
+        self.problem, self.loss, self.total = problem, problem.loss, problem.total
+        self.tau = _initial_tau(self.loss)
+        self.table = IterationTable([("iter", "d"), ("loss", ".6e"), ("lower bd", ".6e"),
+                                     ("rel gap", ".2e"), ("step", ".2e"), ("tau", ".1e"),
+                                     ("time", ".2f")], s.verbose)
+        self.table.header(f"cvxdp {s.algorithm} over the marginal polytope: "
+                          f"{len(problem.tree.factors)} cliques, {self.loss.n:,} marginal cells; "
+                          f"{problem.tree.summary()}")
+        self.theta = np.zeros(self.loss.n) if theta0 is None else np.array(theta0, dtype=float)
+        self.mu, self.log_z = problem.oracle(self.theta)
+        self.best_lb = -math.inf
+        self.history: list[dict] = []
+        self.lip = self.loss.lipschitz(problem.offsets, self.total, self.tau)
+        self.setup_time = time.perf_counter() - self.t_start
+        self.it = 0
+        self.eta: float | None = None         # the step (mirror descent and accelerated)
+        self.polished: PolishResult | LPResult | None = None
+        self.qp: LocalPolytopeQP | None = None
+        self.polish_at = _first_polish(problem, s)
+        self.polish_log: list[dict] = []
+        self.duals: dict[str, np.ndarray] = {}
+        self.lp_fallback: list[tuple[float, LPResult]] = []
+
+    # ---------------------------------------------------------------- the certificate
+    def converged(self, f_exact: float, gap: float) -> bool:
+        """The stopping test on the certified gap ``gap`` at the exact loss ``f_exact``."""
+        s = self.settings
+        return within_tolerance(f_exact, gap, s.eps_abs, s.eps_rel)
+
+    def check_due(self) -> bool:
+        """A convergence check every ``check_every`` iterations and at the last one."""
+        return self.it % self.settings.check_every == 0 or self.it == self.settings.max_iters
+
+    def out_of_budget(self) -> bool:
+        """``max_iters`` iterations run, or ``time_limit`` seconds spent."""
+        s = self.settings
+        return self.it >= s.max_iters or time.perf_counter() - self.t_start >= s.time_limit
+
+    def user_stop(self, row: dict) -> bool:
+        """The user's callback, given the table row and ``x``, asks to stop."""
+        cb = self.settings.callback
+        return cb is not None and bool(cb(dict(row, x=self.mu)))
+
+    def check(self, f_smooth: float, lams, step: float) -> tuple[dict, float, float]:
         """Certify the current ``mu`` (exact loss, best lower bound), log a table row;
         returns ``(row, exact loss, certified gap)``."""
-        nonlocal best_lb
-        f_exact = f_smooth if tau == 0 else loss.value(mu)
-        best_lb = max(best_lb, P.lower_bound(lams))
-        gap = f_exact - best_lb
-        row = dict(iter=it, loss=f_exact, **{"lower bd": best_lb,
-                   "rel gap": gap / max(abs(f_exact), 1e-300)}, step=step, tau=tau,
-                   time=time.perf_counter() - t_start)
-        history.append(row)
-        table.row(row)
+        f_exact = f_smooth if self.tau == 0 else self.loss.value(self.mu)
+        self.best_lb = max(self.best_lb, self.problem.lower_bound(lams))
+        gap = f_exact - self.best_lb
+        row = dict(iter=self.it, loss=f_exact, **{"lower bd": self.best_lb,
+                   "rel gap": relative(gap, f_exact)}, step=step, tau=self.tau,
+                   time=time.perf_counter() - self.t_start)
+        self.history.append(row)
+        self.table.row(row)
         return row, f_exact, gap
 
-    def converged(f_exact, gap):
-        return gap <= s.eps_abs + s.eps_rel * abs(f_exact)
+    def certify(self, f_smooth: float, lams, step: float) -> tuple[str | None, dict, float]:
+        """A convergence check: :meth:`check`, then, when it is due, a polish attempt
+        (:meth:`try_polish` for a quadratic loss, :meth:`try_lp_polish` with L1 terms).
+        Returns ``(status to stop with or None, row, certified gap)``."""
+        row, f_exact, gap = self.check(f_smooth, lams, step)
+        if self.converged(f_exact, gap):
+            return R.OPTIMAL, row, gap
+        if self.polish_at is not None and self.it >= self.polish_at:
+            status = self.try_polish(self.theta) if self.loss.smooth else self.try_lp_polish()
+            if status is not None:
+                return status, row, gap
+        return None, row, gap
 
-    def user_stop(row):
-        return s.callback is not None and bool(s.callback(dict(row, x=mu)))
+    # ---------------------------------------------------------------- mirror descent
+    def mirror_descent(self, step0: float | None) -> str:
+        """Algorithm 1 with the backtracking line search, or its accelerated variant (module
+        docstring); returns the status."""
+        s, loss = self.settings, self.loss
+        self.eta = step0 or s.step or (1.0 / self.lip if self.lip > 0 else 1.0)
+        self.f, self.g, self.lams = loss.value_grad(self.mu, self.tau)
+        self.theta_prev, self.k_mom = self.theta, 0
+        growth = _STEP_GROWTH[s.algorithm]
+        while True:
+            if self.check_due():
+                status = self.mirror_check()
+                if status is not None:
+                    return status
+            if self.out_of_budget():
+                return R.OPTIMAL_INACCURATE
+            y = self.extrapolate()
+            step = self.backtrack(y)
+            if step is None:                          # no step passes: roundoff level reached
+                return self.roundoff_status()
+            self.accept(step, growth)
 
-    def out_of_budget():
-        return it >= s.max_iters or time.perf_counter() - t_start >= s.time_limit
+    def mirror_check(self) -> str | None:
+        """The convergence check of mirror descent: :meth:`certify`, then a sharper Huber
+        width when the smoothing, not the optimisation, holds the gap up, then the user's
+        callback.  Returns the status to stop with, or ``None``."""
+        status, row, gap = self.certify(self.f, self.lams, self.eta)
+        if status is not None:
+            return status
+        if self.tau > 0 and (self.f - self.best_lb) < 0.25 * gap:
+            # smoothing error dominates: sharpen, and shrink the step with the curvature
+            self.tau *= _TAU_SHRINK
+            self.eta *= _TAU_SHRINK
+            self.f, self.g, self.lams = self.loss.value_grad(self.mu, self.tau)
+        if self.user_stop(row):
+            return R.USER_LIMIT
+        return None
 
-    polished: PolishResult | LPResult | None = None
-    qp: LocalPolytopeQP | None = None
-    if loss.smooth:
-        polish_at = s.polish_start if (s.polish and s.algorithm != "dual_averaging"
-                                       and sum(P.tree.cells) <= MAX_POLISH_CELLS) else None
-    else:
-        polish_at = s.polish_start if s.polish else None
-    polish_log: list[dict] = []
-    duals: dict[str, np.ndarray] = {}
-    lp_fallback: list[tuple[float, LPResult]] = []
+    def roundoff_status(self) -> str:
+        """The status when no step passes the line search (roundoff level reached): optimal
+        if the current point is certified, else optimal_inaccurate."""
+        f_exact = self.f if self.tau == 0 else self.loss.value(self.mu)   # judge the exact, not the smoothed, loss
+        return R.OPTIMAL if self.converged(f_exact, f_exact - self.best_lb) else R.OPTIMAL_INACCURATE
 
-    def keep_lp(pol: LPResult) -> None:
-        nonlocal polished, mu
-        polished, mu = pol, pol.mu
-        duals.update(local_nonneg=pol.s, local_consistency=pol.nu,
-                     loss=np.concatenate(pol.lams) if pol.lams else np.zeros(0))
+    def extrapolate(self) -> _Anchor:
+        """The point the next step starts from: the iterate, or (accelerated) the extrapolated
+        point ``theta + k/(k+3) (theta - theta_prev)`` unless its loss exceeds the iterate's."""
+        y = _Anchor(self.theta, self.mu, self.log_z, self.f, self.g)
+        if self.settings.algorithm == "accelerated" and self.k_mom > 0:
+            theta_y = self.theta + (self.k_mom / (self.k_mom + 3.0)) * (self.theta - self.theta_prev)
+            mu_y, lz_y = self.problem.oracle(theta_y)
+            f_y, g_y, _ = self.loss.value_grad(mu_y, self.tau)
+            if f_y > self.f:                          # adaptive restart: drop the momentum
+                self.k_mom = 0
+            else:
+                y = _Anchor(theta_y, mu_y, lz_y, f_y, g_y)
+        return y
 
-    def try_lp_polish():
+    def backtrack(self, y: _Anchor) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The mirror step ``theta+ = y - eta g``, ``eta`` halved from the current one until
+        the step passes the Bregman upper model
+        ``L(mu+) <= L(mu) + <g, mu+ - mu> + D(mu+, mu) / eta``, ``D = N KL`` read off the
+        log-partition functions; ``(theta+, mu+, log Z+)``, or ``None`` when no trial passes."""
+        loss, N = self.loss, self.total
+        gmu = float(np.dot(y.g, y.mu))
+        for _ in range(_MAX_BACKTRACKS):
+            theta_new = y.theta - self.eta * y.g
+            mu_new, log_z_new = self.problem.oracle(theta_new)
+            f_new = loss.value(mu_new, self.tau)
+            g_new_mu = float(np.dot(y.g, mu_new))
+            bregman = max(0.0, -self.eta * g_new_mu + N * (y.log_z - log_z_new))
+            # roundoff allowance on the scale of the terms compared
+            slack = 1e-12 * (abs(y.f) + abs(gmu) + abs(g_new_mu))
+            if f_new <= y.f + g_new_mu - gmu + bregman / self.eta + slack:
+                return theta_new, mu_new, log_z_new
+            self.eta *= _STEP_SHRINK
+        return None
+
+    def accept(self, step: tuple[np.ndarray, np.ndarray, float], growth: float) -> None:
+        """Move to the accepted step, grow the step size, update the momentum counter."""
+        self.theta_prev = self.theta
+        f_old = self.f
+        self.theta, self.mu, self.log_z = step
+        self.f, self.g, self.lams = self.loss.value_grad(self.mu, self.tau)
+        self.eta *= growth
+        self.k_mom = self.k_mom + 1 if self.f <= f_old else 0    # function restart (O'Donoghue & Candes)
+        self.it += 1
+
+    # ---------------------------------------------------------------- dual averaging
+    def dual_averaging(self) -> str:
+        """Algorithm 2 (Nesterov / Xiao 2010) with the loss's Lipschitz constant; returns the
+        status."""
+        loss, lip = self.loss, self.lip
+        gbar = np.zeros(loss.n)
+        nu = self.mu.copy()
+        f_mu, g_mu, lams = loss.value_grad(self.mu, self.tau)
+        while True:
+            if self.check_due():
+                status, row, _ = self.certify(f_mu, lams, 1.0 / lip)   # polish: L1 terms only
+                if status is not None:
+                    return status
+                if self.user_stop(row):
+                    return R.USER_LIMIT
+            if self.out_of_budget():
+                return R.OPTIMAL_INACCURATE
+            t = self.it + 1
+            c = 2.0 / (t + 1)
+            omega = (1 - c) * self.mu + c * nu
+            _, g_om, _ = loss.value_grad(omega, self.tau)
+            gbar = (1 - c) * gbar + c * g_om
+            self.theta = -t * (t + 1) / (4.0 * lip) * gbar
+            nu, self.log_z = self.problem.oracle(self.theta)
+            self.mu = (1 - c) * self.mu + c * nu
+            self.it += 1
+            if self.check_due():
+                f_mu, g_mu, lams = loss.value_grad(self.mu, self.tau)
+
+    # ---------------------------------------------------------------- polish
+    def try_polish(self, theta_now: np.ndarray) -> str | None:
+        """Active-set polish from the model at ``theta_now``: the status to stop with, or
+        ``None`` (then mirror descent goes on; the bound it found is kept)."""
+        loss, P, s = self.loss, self.problem, self.settings
+        t0 = time.perf_counter()
+        self.polish_at = 2 * max(self.it, 1)
+        spent = sum(e["seconds"] for e in self.polish_log)
+        budget = max(_POLISH_MIN_SECONDS, _POLISH_TIME_RATIO * (t0 - self.t_start - spent)) - spent
+        if budget <= 0:
+            return None
+        if self.qp is None:
+            self.qp = LocalPolytopeQP(P.tree, loss, self.total)
+        _, probs, _ = P.tree.marginals(P.split(theta_now), 1.0)
+        pol = self.qp.polish(np.concatenate([b.ravel() for b in probs]), threshold=_POLISH_THRESHOLD,
+                             deadline=min(t0 + budget, self.t_start + s.time_limit))
+        entry = dict(iter=self.it, seconds=time.perf_counter() - t0, rounds=None, gap=None)
+        self.polish_log.append(entry)
+        if pol is None:
+            self.table.footer(f"polish at iteration {self.it}: the active set did not settle "
+                              f"({entry['seconds']:.2f} s); mirror descent continues")
+            return None
+        f_p, _, lams_p = loss.value_grad(pol.mu)
+        self.best_lb = max(self.best_lb, P.lower_bound(lams_p))
+        gap_p = f_p - self.best_lb
+        entry.update(rounds=pol.rounds, gap=relative(gap_p, f_p), support=pol.support)
+        ok = self.converged(f_p, gap_p)
+        if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
+            self.table.footer(f"polish at iteration {self.it}: certified gap {entry['gap']:.1e} "
+                              f"after {pol.rounds} rounds; mirror descent continues")
+            return None
+        self.polished, self.mu = pol, pol.mu
+        return self.finish(f_p, entry["gap"], ok,
+                           f"polish at iteration {self.it}: {pol.rounds} active-set rounds, "
+                           f"{pol.support:,} cells in the support, consistency residual "
+                           f"{pol.residual:.1e}")
+
+    def try_lp_polish(self) -> str | None:
         """The exact solve of an L1 / mixed loss (:mod:`cvxdp.solvers.marginal.lp`), once:
         the status to stop with, or ``None`` (mirror descent goes on; a bound found is kept)."""
-        nonlocal best_lb, polished, mu, polish_at
-        polish_at = None
+        loss, P, it = self.loss, self.problem, self.it
+        self.polish_at = None
         t0 = time.perf_counter()
-        budget = max(_LP_MIN_SECONDS, _POLISH_TIME_RATIO * (t0 - t_start))
+        budget = max(_LP_MIN_SECONDS, _POLISH_TIME_RATIO * (t0 - self.t_start))
         entry = dict(iter=it, seconds=0.0, rounds=None, gap=None, kind="lp")
-        polish_log.append(entry)
+        self.polish_log.append(entry)
         try:
-            lp = LocalPolytopeLP(P.tree, loss, N)
+            lp = LocalPolytopeLP(P.tree, loss, self.total)
         except ValueError as exc:                      # above MAX_LP_SIZE
             entry.update(seconds=time.perf_counter() - t0, skipped=str(exc))
-            table.footer(f"exact L1 solve skipped: {exc}; mirror descent continues")
+            self.table.footer(f"exact L1 solve skipped: {exc}; mirror descent continues")
             return None
-        pol = lp.solve(deadline=min(t0 + budget, t_start + s.time_limit))
+        pol = lp.solve(deadline=min(t0 + budget, self.t_start + self.settings.time_limit))
         entry["seconds"] = time.perf_counter() - t0
         if pol is None:
-            table.footer(f"exact L1 solve at iteration {it} failed ({entry['seconds']:.2f} s); "
-                         f"mirror descent continues")
+            self.table.footer(f"exact L1 solve at iteration {it} failed ({entry['seconds']:.2f} s); "
+                              f"mirror descent continues")
             return None
         f_p = loss.value(pol.mu)
         lb_p = P.lower_bound(pol.lams)
         if pol.alt_lams is not None:
             lb_p = max(lb_p, P.lower_bound(pol.alt_lams))
-        best_lb = max(best_lb, lb_p)
-        gap_p = f_p - best_lb
-        entry.update(rounds=pol.iterations, gap=gap_p / max(abs(f_p), 1e-300), method=pol.method,
+        self.best_lb = max(self.best_lb, lb_p)
+        gap_p = f_p - self.best_lb
+        entry.update(rounds=pol.iterations, gap=relative(gap_p, f_p), method=pol.method,
                      support=int(sum(int(np.count_nonzero(t)) for t in pol.x)),
                      solver_bound=pol.dual_bound, certified_bound=lb_p, repaired=pol.repaired)
-        ok = converged(f_p, gap_p)
+        ok = self.converged(f_p, gap_p)
         if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
-            table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: certified gap "
-                         f"{entry['gap']:.1e}; mirror descent continues")
-            lp_fallback.append((f_p, pol))             # returned if mirror descent ends worse
+            self.table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: certified gap "
+                              f"{entry['gap']:.1e}; mirror descent continues")
+            self.lp_fallback.append((f_p, pol))        # returned if mirror descent ends worse
             return None
-        keep_lp(pol)
-        return finish(f_p, entry["gap"], ok,
-                      f"exact L1 solve ({pol.method}) at iteration {it}: {pol.iterations} "
-                      f"iterations, {entry['seconds']:.2f} s, consistency residual "
-                      f"{pol.residual:.1e}")
+        self.keep_lp(pol)
+        return self.finish(f_p, entry["gap"], ok,
+                           f"exact L1 solve ({pol.method}) at iteration {it}: {pol.iterations} "
+                           f"iterations, {entry['seconds']:.2f} s, consistency residual "
+                           f"{pol.residual:.1e}")
 
-    def finish(f_p, rel_gap, ok, note):
+    def keep_lp(self, pol: LPResult) -> None:
+        """Take the exact L1 / mixed solve's point and its multipliers as the result."""
+        self.polished, self.mu = pol, pol.mu
+        self.duals.update(lp_duals(pol))
+
+    def finish(self, f_p: float, rel_gap: float, ok: bool, note: str) -> str:
         """Log an accepted exact finish (``mu`` already set) and return its status."""
-        row = dict(iter=it, loss=f_p, **{"lower bd": best_lb, "rel gap": rel_gap},
-                   time=time.perf_counter() - t_start)
-        history.append(dict(row, polished=True))
-        table.row(row)
-        table.footer(note)
-        if s.callback is not None:
-            s.callback(dict(row, x=mu))
+        row = dict(iter=self.it, loss=f_p, **{"lower bd": self.best_lb, "rel gap": rel_gap},
+                   time=time.perf_counter() - self.t_start)
+        self.history.append(dict(row, polished=True))
+        self.table.row(row)
+        self.table.footer(note)
+        if self.settings.callback is not None:
+            self.settings.callback(dict(row, x=self.mu))
         return R.OPTIMAL if ok else R.OPTIMAL_INACCURATE
 
-    def try_polish(theta_now):
-        """Active-set polish from the model at ``theta_now``: the status to stop with, or
-        ``None`` (then mirror descent goes on; the bound it found is kept)."""
-        nonlocal qp, best_lb, polished, mu, polish_at
-        t0 = time.perf_counter()
-        polish_at = 2 * max(it, 1)
-        spent = sum(e["seconds"] for e in polish_log)
-        budget = max(_POLISH_MIN_SECONDS, _POLISH_TIME_RATIO * (t0 - t_start - spent)) - spent
-        if budget <= 0:
-            return None
-        if qp is None:
-            qp = LocalPolytopeQP(P.tree, loss, N)
-        _, probs, _ = P.tree.marginals(P.split(theta_now), 1.0)
-        pol = qp.polish(np.concatenate([b.ravel() for b in probs]), threshold=_POLISH_THRESHOLD,
-                        deadline=min(t0 + budget, t_start + s.time_limit))
-        entry = dict(iter=it, seconds=time.perf_counter() - t0, rounds=None, gap=None)
-        polish_log.append(entry)
-        if pol is None:
-            table.footer(f"polish at iteration {it}: the active set did not settle "
-                         f"({entry['seconds']:.2f} s); mirror descent continues")
-            return None
-        f_p, _, lams_p = loss.value_grad(pol.mu)
-        best_lb = max(best_lb, P.lower_bound(lams_p))
-        gap_p = f_p - best_lb
-        entry.update(rounds=pol.rounds, gap=gap_p / max(abs(f_p), 1e-300), support=pol.support)
-        ok = converged(f_p, gap_p)
-        if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
-            table.footer(f"polish at iteration {it}: certified gap {entry['gap']:.1e} after "
-                         f"{pol.rounds} rounds; mirror descent continues")
-            return None
-        polished, mu = pol, pol.mu
-        return finish(f_p, entry["gap"], ok,
-                      f"polish at iteration {it}: {pol.rounds} active-set rounds, "
-                      f"{pol.support:,} cells in the support, consistency residual "
-                      f"{pol.residual:.1e}")
-
-    if s.algorithm in ("mirror_descent", "accelerated"):
-        eta = step0 or s.step or (1.0 / lip if lip > 0 else 1.0)
-        f, g, lams = loss.value_grad(mu, tau)
-        theta_prev, k_mom = theta, 0
-        growth = _STEP_GROWTH[s.algorithm]
-        while True:
-            if it % s.check_every == 0 or it == s.max_iters:
-                row, f_exact, gap = check(f, lams, eta)
-                if converged(f_exact, gap):
-                    status = R.OPTIMAL
-                    break
-                if polish_at is not None and it >= polish_at:
-                    status = try_polish(theta) if loss.smooth else try_lp_polish()
-                    if status is not None:
-                        break
-                if tau > 0 and (f - best_lb) < 0.25 * gap:
-                    # smoothing error dominates: sharpen, and shrink the step with the curvature
-                    tau *= _TAU_SHRINK
-                    eta *= _TAU_SHRINK
-                    f, g, lams = loss.value_grad(mu, tau)
-                if user_stop(row):
-                    status = R.USER_LIMIT
-                    break
-            if out_of_budget():
-                status = R.OPTIMAL_INACCURATE
-                break
-            y, mu_y, lz_y, f_y, g_y = theta, mu, log_z, f, g
-            if s.algorithm == "accelerated" and k_mom > 0:
-                y = theta + (k_mom / (k_mom + 3.0)) * (theta - theta_prev)
-                mu_y, lz_y = P.oracle(y)
-                f_y, g_y, _ = loss.value_grad(mu_y, tau)
-                if f_y > f:                           # adaptive restart: drop the momentum
-                    y, mu_y, lz_y, f_y, g_y, k_mom = theta, mu, log_z, f, g, 0
-            gmu = float(np.dot(g_y, mu_y))
-            for _ in range(_MAX_BACKTRACKS):
-                theta_new = y - eta * g_y
-                mu_new, log_z_new = P.oracle(theta_new)
-                f_new = loss.value(mu_new, tau)
-                g_new_mu = float(np.dot(g_y, mu_new))
-                bregman = max(0.0, -eta * g_new_mu + N * (lz_y - log_z_new))
-                # roundoff allowance on the scale of the terms compared
-                slack = 1e-12 * (abs(f_y) + abs(gmu) + abs(g_new_mu))
-                if f_new <= f_y + g_new_mu - gmu + bregman / eta + slack:
-                    break
-                eta *= _STEP_SHRINK
-            else:                                     # no step passes: roundoff level reached
-                f_exact = f if tau == 0 else loss.value(mu)   # judge the exact, not the smoothed, loss
-                status = R.OPTIMAL if converged(f_exact, f_exact - best_lb) else R.OPTIMAL_INACCURATE
-                break
-            theta_prev = theta
-            f_old = f
-            theta, mu, log_z = theta_new, mu_new, log_z_new
-            f, g, lams = loss.value_grad(mu, tau)
-            eta *= growth
-            k_mom = k_mom + 1 if f <= f_old else 0    # function restart (O'Donoghue & Candes)
-            it += 1
-        model_theta = theta
-    else:
-        gbar = np.zeros(loss.n)
-        nu = mu.copy()
-        model_theta = theta
-        f_mu, g_mu, lams = loss.value_grad(mu, tau)
-        while True:
-            if it % s.check_every == 0 or it == s.max_iters:
-                row, f_exact, gap = check(f_mu, lams, 1.0 / lip)
-                if converged(f_exact, gap):
-                    status = R.OPTIMAL
-                    break
-                if polish_at is not None and it >= polish_at:    # L1 terms only (see above)
-                    status = try_lp_polish()
-                    if status is not None:
-                        break
-                if user_stop(row):
-                    status = R.USER_LIMIT
-                    break
-            if out_of_budget():
-                status = R.OPTIMAL_INACCURATE
-                break
-            t = it + 1
-            c = 2.0 / (t + 1)
-            omega = (1 - c) * mu + c * nu
-            _, g_om, _ = loss.value_grad(omega, tau)
-            gbar = (1 - c) * gbar + c * g_om
-            model_theta = -t * (t + 1) / (4.0 * lip) * gbar
-            nu, log_z = P.oracle(model_theta)
-            mu = (1 - c) * mu + c * nu
-            it += 1
-            if it % s.check_every == 0 or it == s.max_iters:
-                f_mu, g_mu, lams = loss.value_grad(mu, tau)
-    if polished is None and lp_fallback and status != R.OPTIMAL and lp_fallback[0][0] < loss.value(mu):
-        keep_lp(lp_fallback[0][1])           # an uncertified exact solve beats the last iterate
-        table.footer("the exact L1 solve's point has the lower loss: it is returned")
-    if polished is not None:
-        model_theta = None
-    f_final = loss.value(mu)
-    gap = f_final - best_lb
-    table.footer(f"status {status}: loss {f_final:.8e}, certified lower bound {best_lb:.8e}, "
-                 f"{it} iterations, {time.perf_counter() - t_start:.2f} s")
-    return R.SolverResult(
-        x=mu, status=status, objective=f_final, lower_bound=best_lb,
-        gap=gap / max(abs(f_final), 1.0), iterations=it, duals=duals,
-        setup_time=setup_time, solve_time=time.perf_counter() - t_start - setup_time,
-        history=history,
-        primal_residual=0.0 if polished is None else polished.residual,
-        info=dict(algorithm=s.algorithm, theta=model_theta, lipschitz=lip, tau=tau, abs_gap=gap,
-                  clique_tables=None if polished is None else polished.x, polish=polish_log),
-        state=dict(theta=theta if s.algorithm != "dual_averaging" else model_theta,
-                   step=eta if s.algorithm != "dual_averaging" else None))
+    # ---------------------------------------------------------------- the result
+    def result(self, status: str) -> R.SolverResult:
+        """The exact L1 fallback if it beats the last iterate, the final footer and the
+        :class:`SolverResult` (``info["theta"]`` is ``None`` after an exact finish)."""
+        s, loss = self.settings, self.loss
+        if (self.polished is None and self.lp_fallback and status != R.OPTIMAL
+                and self.lp_fallback[0][0] < loss.value(self.mu)):
+            self.keep_lp(self.lp_fallback[0][1])   # an uncertified exact solve beats the last iterate
+            self.table.footer("the exact L1 solve's point has the lower loss: it is returned")
+        polished = self.polished
+        model_theta = None if polished is not None else self.theta
+        f_final = loss.value(self.mu)
+        gap = f_final - self.best_lb
+        self.table.footer(f"status {status}: loss {f_final:.8e}, certified lower bound "
+                          f"{self.best_lb:.8e}, {self.it} iterations, "
+                          f"{time.perf_counter() - self.t_start:.2f} s")
+        return R.SolverResult(
+            x=self.mu, status=status, objective=f_final, lower_bound=self.best_lb,
+            gap=gap / max(abs(f_final), 1.0), iterations=self.it, duals=self.duals,
+            setup_time=self.setup_time,
+            solve_time=time.perf_counter() - self.t_start - self.setup_time,
+            history=self.history,
+            primal_residual=0.0 if polished is None else polished.residual,
+            info=dict(algorithm=s.algorithm, theta=model_theta, lipschitz=self.lip, tau=self.tau,
+                      abs_gap=gap, clique_tables=None if polished is None else polished.x,
+                      polish=self.polish_log),
+            state=dict(theta=self.theta if s.algorithm != "dual_averaging" else model_theta,
+                       step=self.eta))

@@ -129,10 +129,7 @@ def solve_nonneg(forest: Forest, k: int, blocks: Sequence[Block],
         gap = R.relative_gap(best_f, lower)
         row = {"iter": it, "objective": best_f, "lower bnd": lower, "rel gap": gap, "pri res": r_p,
                "rho": rho, "time [s]": time.perf_counter() - t0}
-        history.append(row)
-        table.row(row)
-        status = R.check_stop(row, eps_rel=s.eps_rel, callback=s.callback,
-                              time_limit=s.time_limit, elapsed=row["time [s]"])
+        status = R.record_check(row, history, table, s)
         if status is not None:
             break
     status = status or R.OPTIMAL_INACCURATE
