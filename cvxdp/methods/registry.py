@@ -17,6 +17,7 @@ from .consistency import ConsistencyADMM
 from .fitness import FitnessNewtonCG
 from .local_polytope import LocalPolytopeADMM
 from .marginal_polytope import MarginalMirrorDescent
+from .residual import ResidualDesign
 
 __all__ = ["FAMILIES", "METHODS", "method_for"]
 
@@ -26,6 +27,7 @@ FAMILIES: tuple[Family, ...] = (
     LocalPolytopeADMM(),
     ConsistencyADMM(),
     FitnessNewtonCG(),
+    ResidualDesign(),
     MarginalMirrorDescent(),
 )
 

@@ -1,5 +1,10 @@
 """Atoms of the fitness-for-use problem (Xiao, He, Zhang, Kifer, VLDB 2021, Problem 1).
 
+On a marginal workload (``W = cvxdp.workloads.marginal_workload(...)``, a first argument that
+is a :class:`~cvxdp.modelling.marginal_workload.MarginalWorkload`) both functions take the
+residual variances ``s`` instead and build the residual-basis forms of
+:mod:`cvxdp.modelling.residual_atoms`.  The dense forms below:
+
 ``X`` is the precision (inverse covariance) of correlated Gaussian noise added to the basis
 answers ``B x``; the workload is ``W = L B``.
 
@@ -24,7 +29,11 @@ from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 from cvxpy.reductions.dcp2cone.canonicalizers.matrix_frac_canon import matrix_frac_canon
 
-__all__ = ["QueryVariance", "PrivacyCost", "query_variance", "privacy_cost"]
+from .marginal_workload import MarginalWorkload
+from .residual_atoms import ResidualPrivacyCost, residual_privacy_cost, residual_variance
+
+__all__ = ["QueryVariance", "PrivacyCost", "ResidualPrivacyCost", "query_variance",
+           "privacy_cost"]
 
 
 def _dense(M, name: str) -> np.ndarray:
@@ -142,13 +151,25 @@ class PrivacyCost(_ConvexInX):
     __repr__ = name
 
 
-def query_variance(L, X) -> QueryVariance:
-    """Variance ``l_i^T X^{-1} l_i`` of every workload query ``i`` under noise of precision ``X``."""
+def query_variance(L, X) -> QueryVariance | cp.Expression:
+    """Variance ``l_i^T X^{-1} l_i`` of every workload query ``i`` under noise of precision ``X``.
+
+    With a :class:`~cvxdp.modelling.marginal_workload.MarginalWorkload` ``W`` and residual
+    variances ``s``, ``query_variance(W, s)``: the variance of every cell of each workload
+    marginal, ``V s`` (affine; :mod:`cvxdp.modelling.residual_atoms`)."""
+    if isinstance(L, MarginalWorkload):
+        return residual_variance(L, X)
     return QueryVariance(X, L)
 
 
-def privacy_cost(B, X) -> PrivacyCost:
-    """Squared privacy cost ``max_j b_j^T X b_j`` of noise of precision ``X`` on ``B x``."""
+def privacy_cost(B, X) -> PrivacyCost | ResidualPrivacyCost:
+    """Squared privacy cost ``max_j b_j^T X b_j`` of noise of precision ``X`` on ``B x``.
+
+    With a :class:`~cvxdp.modelling.marginal_workload.MarginalWorkload` ``W`` and residual
+    variances ``s``, ``privacy_cost(W, s) = sum_A p_A / s_A`` (convex;
+    :mod:`cvxdp.modelling.residual_atoms`), the same squared sensitivity as the dense atom's."""
+    if isinstance(B, MarginalWorkload):
+        return residual_privacy_cost(B, X)
     return PrivacyCost(X, B)
 
 

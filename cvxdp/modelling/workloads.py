@@ -29,12 +29,13 @@ import scipy.sparse as sp
 
 from ..solvers.tree.forest import Forest, TreeLSQ
 from .geography import Geography, geography
+from .marginal_workload import MarginalWorkload, marginal_workload
 
 from .mechanisms import _as_rng
 
 __all__ = ["identity", "total", "prefix", "all_ranges", "range_queries", "random_ranges",
            "sqrt_tree", "wavelet", "marginal", "marginals", "kron", "Hierarchy", "hierarchy",
-           "Geography", "geography"]
+           "Geography", "geography", "MarginalWorkload", "marginal_workload"]
 
 # Largest full table a marginal matrix is built over (one non-zero per cell).
 _MAX_CELLS = 2 ** 31 - 1

@@ -95,7 +95,8 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
     variables = problem.variables()
     mats = [v for v in variables if v.ndim == 2 and v.shape[0] == v.shape[1]]
     if len(mats) != 1:
-        raise NotRecognised(_NAME, _EXPECTED, f"{len(mats)} square matrix variables (need one, X)")
+        raise NotRecognised(_NAME, _EXPECTED, f"{len(mats)} square matrix variables (need one, X)",
+                            claimed=bool(mats))
     X = mats[0]
     others = [v for v in variables if v is not X]
     if len(others) > 1 or (others and others[0].size != 1):
