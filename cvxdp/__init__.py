@@ -23,6 +23,7 @@ from .modelling.fitness import fitness_problem
 from .errors import NotRecognised
 from .modelling.losses import elastic_net, nll
 from .modelling.measurement import Measurement
+from .estimates.reconstruction import reconstruct
 from .estimates.rounding import round_consistent
 from .modelling.histograms import HistogramMeasurement
 from .estimates.top_down import TopDownError, TopDownResult, topdown
@@ -34,7 +35,7 @@ __all__ = ["ADMM", "HierarchicalHistogram", "METHODS", "NEWTON_CG", "MIRROR_DESC
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "round_consistent", "solve", "synth",
            "workloads", "histograms", "HistogramMeasurement", "topdown", "TopDownResult",
-           "TopDownError"]
+           "TopDownError", "reconstruct"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
 _cp.Problem.register_solve("cvxdp", solve)

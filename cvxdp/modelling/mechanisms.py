@@ -17,35 +17,27 @@ column of ``Q``, so the sensitivities are column norms::
   :mod:`cvxdp.privacy`.
 
 Both return a :class:`cvxdp.Measurement`, the input of ``cvxdp.nll``.
+
+* Marginal workloads in the residual basis: :func:`residual_gaussian` releases the residual
+  answers of a :class:`~cvxdp.modelling.marginal_workload.MarginalWorkload` with a design ``s``
+  (:mod:`cvxdp.modelling.residual_measurement`: samplers, accounting, :func:`scale_to_rho`).
 """
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 import scipy.sparse as sp
 
 from .measurement import Measurement
 from .privacy import _positive, _probability, gaussian_sigma
+from .randomness import as_rng as _as_rng
+from .residual_measurement import ResidualMeasurement, residual_gaussian, scale_to_rho
 
-__all__ = ["l1_sensitivity", "l2_sensitivity", "laplace", "gaussian"]
+__all__ = ["l1_sensitivity", "l2_sensitivity", "laplace", "gaussian", "residual_gaussian",
+           "scale_to_rho", "ResidualMeasurement"]
 
 
 # ------------------------------------------------------------------ validation
-def _as_rng(rng: object) -> np.random.Generator:
-    """``None`` (fresh entropy), a non-negative int seed, or a ``Generator``."""
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if rng is None:
-        return np.random.default_rng()
-    if isinstance(rng, numbers.Integral) and not isinstance(rng, (bool, np.bool_)):
-        if rng < 0:
-            raise ValueError(f"rng seed must be non-negative, got {rng}")
-        return np.random.default_rng(int(rng))
-    raise ValueError(f"rng must be None, a non-negative int seed or a numpy.random.Generator, "
-                     f"got {type(rng).__name__}")
-
-
 def _as_query_matrix(queries: object, name: str = "queries") -> sp.csr_matrix:
     """A finite 2-D float CSR matrix (a copy when conversion is needed)."""
     if sp.issparse(queries):

@@ -31,7 +31,7 @@ from ..solvers.tree.forest import Forest, TreeLSQ
 from .geography import Geography, geography
 from .marginal_workload import MarginalWorkload, marginal_workload
 
-from .mechanisms import _as_rng
+from .randomness import as_rng as _as_rng
 
 __all__ = ["identity", "total", "prefix", "all_ranges", "range_queries", "random_ranges",
            "sqrt_tree", "wavelet", "marginal", "marginals", "kron", "Hierarchy", "hierarchy",

@@ -39,7 +39,8 @@ class ResidualBasis:
     ``residuals`` holds one row per residual set ``A`` (attribute indices ascending, padded
     with ``-1``), ordered by size, then lexicographically; ``residual_size[j] = |A_j|``.
     ``p[j] = p_{A_j}``; ``V`` (one row per clique, in the given order; one column per residual)
-    holds ``v_{M,A}``; ``top[m]`` is the column of clique ``m``'s own residual ``A = M``."""
+    holds ``v_{M,A}``; ``top[m]`` is the column of clique ``m``'s own residual ``A = M``;
+    ``home[j]`` the first clique that contains residual ``j``."""
 
     sizes: np.ndarray
     cliques: tuple[tuple[int, ...], ...]
@@ -48,6 +49,7 @@ class ResidualBasis:
     p: np.ndarray
     V: sp.csr_matrix
     top: np.ndarray
+    home: np.ndarray
 
     @property
     def n_residuals(self) -> int:
@@ -100,7 +102,9 @@ def closure(sizes, cliques) -> ResidualBasis:
         last = start + (((1 << r) - 1) * members.size)
         top[members] = col[last:last + members.size]
         start += members.size << r
-    return ResidualBasis(n, cl, keys, size, p, V, top)
+    home = np.full(keys.shape[0], len(cl), dtype=np.int64)
+    np.minimum.at(home, col, np.concatenate(rows))
+    return ResidualBasis(n, cl, keys, size, p, V, top, home)
 
 
 def _clique_array(cl: tuple[tuple[int, ...], ...], members: list[int],
