@@ -22,6 +22,7 @@ import cvxpy as cp
 from .modelling import mechanisms, workloads
 from .modelling.constraints import consistent
 from .modelling.domain import Domain
+from .modelling.atoms import privacy_cost, query_variance
 from .modelling.fitness import fitness_problem
 from .modelling.losses import elastic_net, nll
 from .modelling.marginal_polytope import MarginalPolytope
@@ -169,6 +170,23 @@ def _fitness_rows(d: int) -> list[TourRow]:
                      _TIGHT, dict(eps_rel=1e-7))]
 
 
+def _design_rows(k: int) -> list[TourRow]:
+    """Noise design for a marginal workload in the residual basis (ResidualPlanner, NeurIPS
+    2023): all three-way marginals of ``k`` attributes, per-marginal variance targets."""
+    import itertools
+    rng = np.random.default_rng(6)
+    sizes = rng.integers(2, 21, k).tolist()
+    W = workloads.marginal_workload(sizes, list(itertools.combinations(range(k), 3)))
+    c = rng.uniform(0.5, 2.0, W.n_marginals)
+
+    def make():
+        s = cp.Variable(W.n_residuals, pos=True)
+        return cp.Problem(cp.Minimize(privacy_cost(W, s)), [query_variance(W, s) <= c])
+
+    return [_compare("marginal workload design (residual)", f"{W.n_marginals:,} marginals", make,
+                     NEWTON_CG, cp.CLARABEL, _TIGHT, dict(eps_rel=1e-8))]
+
+
 def _marginal_rows(fast: bool) -> list[TourRow]:
     """Marginal polytope (McKenna et al. 2019): noisy Adult marginals (or synthetic) -> one
     consistent distribution; MIRROR_DESCENT vs Clarabel on the junction tree's local polytope."""
@@ -207,6 +225,7 @@ def run_tour(fast: bool = False, on_row: Callable[[TourRow], None] | None = None
               lambda: _table_rows(fast),
               lambda: _sorted_rows(fast),
               lambda: _fitness_rows(8 if fast else 16),
+              lambda: _design_rows(8 if fast else 30),
               lambda: _marginal_rows(fast)]
     rows = []
     for group in groups:

@@ -23,6 +23,7 @@ CASES = {
                                     "constrained_sorted_histogram.png",
                                     "constrained_kgram_estimators.png"],
     "06_national_hierarchy.py": ["national_error_by_level.png"],
+    "07_designing_noise.py": ["designing_noise_targets.png"],
 }
 # what each tutorial must print besides the "relative objective gap" line (cvxdp method vs reference)
 EXPECTED_OUTPUT = {
@@ -32,6 +33,7 @@ EXPECTED_OUTPUT = {
     "04_fitness_for_use.py": ["same seed, same answers: True", "solved by CVXDP_NEWTON_CG"],
     "05_constrained_inference.py": ["extra_stats['info']['route'] = 'ADMM separable/tree'"],  # k-gram forest
     "06_national_hierarchy.py": ["tree GLS (exact)", "every parent = sum of children: True"],
+    "07_designing_noise.py": ["route 'residual Newton-CG'", "mean squared error / designed variance"],
 }
 
 

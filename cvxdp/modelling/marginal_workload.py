@@ -45,15 +45,32 @@ class MarginalWorkload:
     basis : the arrays (:class:`cvxdp.solvers.residual.basis.ResidualBasis`): ``p``, ``V``, ...
     """
 
-    def __init__(self, domain: Domain, cliques: Sequence[tuple[str, ...]]) -> None:
+    def __init__(self, domain: Domain, cliques: Sequence[tuple[int, ...]]) -> None:
+        """``cliques``: attribute *indices* of ``domain`` (use :func:`marginal_workload`,
+        which takes names)."""
         self.domain = domain
-        self.cliques: tuple[tuple[str, ...], ...] = tuple(cliques)
-        index = [tuple(domain.index(a) for a in c) for c in self.cliques]
-        self.basis: ResidualBasis = closure(np.asarray(domain.sizes, dtype=np.int64), index)
-        names = domain.names
-        self.residuals: tuple[tuple[str, ...], ...] = tuple(
-            tuple(names[a] for a in row[:k]) for row, k in zip(self.basis.residuals,
-                                                                self.basis.residual_size))
+        self.basis: ResidualBasis = closure(np.asarray(domain.sizes, dtype=np.int64), cliques)
+        self._cliques: tuple[tuple[str, ...], ...] | None = None
+        self._residuals: tuple[tuple[str, ...], ...] | None = None
+
+    @property
+    def cliques(self) -> tuple[tuple[str, ...], ...]:
+        """The workload's marginals, attribute tuples in domain order, as given."""
+        if self._cliques is None:
+            names = self.domain.names
+            self._cliques = tuple(tuple(names[a] for a in c) for c in self.basis.cliques)
+        return self._cliques
+
+    @property
+    def residuals(self) -> tuple[tuple[str, ...], ...]:
+        """The downward closure: attribute tuples in domain order, by size then
+        lexicographically (in domain order), the order of the strategy's entries."""
+        if self._residuals is None:
+            names = np.asarray(self.domain.names, dtype=object)
+            rows = self.basis.residuals
+            self._residuals = tuple(tuple(names[row[:k]]) for row, k in
+                                    zip(rows, self.basis.residual_size.tolist()))
+        return self._residuals
 
     @property
     def n_residuals(self) -> int:
@@ -100,7 +117,7 @@ class MarginalWorkload:
 
     def __eq__(self, other: Any) -> bool:
         return (isinstance(other, MarginalWorkload) and self.domain == other.domain
-                and self.cliques == other.cliques)
+                and self.basis.cliques == other.basis.cliques)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -131,10 +148,18 @@ def marginal_workload(domain: Domain | Mapping[str, int] | Sequence[int],
                          f"{cliques!r}")
     if len(cliques) == 0:
         raise ValueError("marginal_workload: the workload has no cliques")
+    lookup = dict(zip(dom.names, range(len(dom))))
+    if not isinstance(domain, (Domain, Mapping)):
+        lookup.update({i: i for i in range(len(dom))})      # attributes by position too
     out = []
     for c in cliques:
         c = (c,) if isinstance(c, (str, int, np.integer)) else tuple(c)
-        c = tuple(str(a) if isinstance(a, (int, np.integer)) else a for a in c)
-        c = dom.clique(c)
-        out.append(tuple(sorted(c, key=dom.index)))
+        try:
+            idx = sorted(lookup[a] for a in c)
+        except (KeyError, TypeError):
+            dom.clique(tuple(str(a) for a in c))              # raises, naming the attribute
+            raise
+        if not idx or any(x == y for x, y in zip(idx, idx[1:])):
+            dom.clique(tuple(dom.names[i] for i in idx) if idx else ())   # names the error
+        out.append(tuple(idx))
     return MarginalWorkload(dom, out)

@@ -69,7 +69,7 @@ def closure(sizes, cliques) -> ResidualBasis:
     if n.ndim != 1 or not np.issubdtype(n.dtype, np.integer) or np.any(n < 1):
         raise ValueError(f"closure: sizes must be positive integers, got {sizes!r}")
     n = n.astype(np.int64)
-    cl = tuple(tuple(int(a) for a in c) for c in cliques)
+    cl = tuple(map(tuple, cliques))
     if not cl:
         raise ValueError("closure: the workload has no cliques")
     groups = {r: _clique_array(cl, members, n.size) for r, members in _by_size(cl).items()}
@@ -110,9 +110,13 @@ def closure(sizes, cliques) -> ResidualBasis:
 def _clique_array(cl: tuple[tuple[int, ...], ...], members: list[int],
                   k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(members, C)``: the cliques of one size as sorted rows; ``ValueError`` for an index
-    outside ``0 .. k-1`` or repeated within a clique."""
+    that is not an integer in ``0 .. k-1`` or is repeated within a clique."""
     r = len(cl[members[0]])
-    C = np.array([cl[m] for m in members], dtype=np.int64).reshape(len(members), r)
+    raw = np.array([cl[m] for m in members]).reshape(len(members), r)
+    if raw.size and not np.issubdtype(raw.dtype, np.integer):
+        raise ValueError(f"closure: cliques must hold attribute indices (integers), got "
+                         f"{cl[members[0]]!r}")
+    C = raw.astype(np.int64)
     bad = np.flatnonzero(np.any((C < 0) | (C >= k), axis=1))
     if bad.size:
         raise ValueError(f"closure: clique {cl[members[bad[0]]]} names an attribute outside "
