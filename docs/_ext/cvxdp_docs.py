@@ -240,6 +240,13 @@ def _example(name: str) -> dict:
         prob = cvxdp.fitness_problem(W, np.ones(5)).problem
         prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG)
         return prob.solver_stats.extra_stats["info"]
+    if name == "newton-cg-residual":
+        Wm = cvxdp.workloads.marginal_workload([2, 3, 4], [(0, 1), (1, 2), (1,)])
+        s = cp.Variable(Wm.n_residuals, pos=True)
+        prob = cp.Problem(cp.Minimize(cvxdp.privacy_cost(Wm, s)),
+                          [cvxdp.query_variance(Wm, s) <= np.array([1.0, 2.0, 0.1])])
+        prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG)
+        return prob.solver_stats.extra_stats["info"]
     raise ValueError(f"no example {name!r}")
 
 
