@@ -294,3 +294,28 @@ def test_numerical_layer_directly():
     res = solve(b.p, b.V, np.array([1.0, 0.05, 0.01]), DesignSettings(eps_rel=1e-10))
     assert res.status == "optimal" and res.info["interior_rows"] == 2
     assert res.gap <= 1e-10
+
+
+@pytest.mark.parametrize("budget", [0.5, 2.0, 40.0])
+def test_privacy_first_problem_two(budget):
+    """SM-II's Problem 2 in the residual basis: ``minimize t`` s.t. ``query_variance(W, s) <=
+    t c`` and ``privacy_cost(W, s) <= budget``; the same optimum and duals as Clarabel, and the
+    budget met exactly."""
+    W = cvxdp.workloads.marginal_workload([2, 3, 4, 3], [(0, 1), (1, 2), (2, 3), (1,)])
+    c = np.array([1.0, 2.0, 3.0, 0.3])
+    s, t = cp.Variable(W.n_residuals, pos=True), cp.Variable()
+    prob = cp.Problem(cp.Minimize(2.0 * t), [cvxdp.query_variance(W, s) <= t * c,
+                                             cvxdp.privacy_cost(W, s) <= budget])
+    prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["duals_certified"]
+    assert cvxdp.privacy_cost(W, s).value == pytest.approx(budget, rel=1e-12)
+    ours, duals = prob.value, [np.atleast_1d(con.dual_value).copy() for con in prob.constraints]
+    ref = cp.Problem(prob.objective, prob.constraints)
+    ref.solve(solver=cp.CLARABEL, **CLARABEL)
+    assert ours == pytest.approx(ref.value, rel=1e-7)
+    for d, con in zip(duals, ref.constraints):
+        np.testing.assert_allclose(d, np.atleast_1d(con.dual_value), rtol=1e-5, atol=1e-7)
+    with pytest.raises(cvxdp.NotRecognised, match="constant term"):
+        cp.Problem(cp.Minimize(t), [cvxdp.query_variance(W, s) <= t * c + 1.0,
+                                    cvxdp.privacy_cost(W, s) <= budget]).solve(
+            method="cvxdp", solver=cvxdp.NEWTON_CG)

@@ -62,13 +62,15 @@ class ResidualDesign:
         primal: dict[int, Any] = {}
         duals: dict[int, Any] = {}
         objective, lower = math.inf, -math.inf
-        if res.status in SOLUTION_PRESENT and res.x is not None:
+        if res.status in SOLUTION_PRESENT and res.x is not None and ext.t is None:
             primal[ext.s.id] = res.x
             objective = ext.scale * res.objective + ext.constant
             lower = ext.scale * res.lower_bound + ext.constant
             lam = ext.scale * res.duals["variance"]
             for con, a, b in ext.blocks:
                 duals[con.id] = _shape(con, lam[a:b])
+        elif res.status in SOLUTION_PRESENT and res.x is not None:
+            objective, lower = _privacy_first(ext, res, primal, duals)
         info = {key: res.info.get(key) for key in ("route", "eliminated", "interior_rows",
                                                    "reduced_variables", "cg_iterations",
                                                    "rel_gap", "reason")}
@@ -77,6 +79,22 @@ class ResidualDesign:
                        setup_time=res.setup_time, lower_bound=lower, history=res.history,
                        duals=duals, duals_certified=bool(duals), state=res.state or None,
                        warm_started=bool(res.info.get("warm_start")), info=info)
+
+
+def _privacy_first(ext: ResidualExtraction, res, primal: dict, duals: dict) -> tuple[float, float]:
+    """Problem 2 from Problem 1's answer (the design is homogeneous: cost(t s) = cost(s) / t):
+    ``t* = f* / budget``, ``s* = t* s_1``; the multipliers ``lambda_1 / f*`` of the targets and
+    ``t*^2 / f*`` of the budget (stationarity in ``s`` and ``t``, with ``c^T lambda_1 = f*``),
+    scaled to the objective.  Returns ``(objective, lower bound)``."""
+    f, low = res.objective, res.lower_bound
+    t = f / ext.budget
+    primal[ext.s.id] = t * res.x
+    primal[ext.t.id] = t
+    lam = ext.scale * res.duals["variance"] / f
+    for con, a, b in ext.blocks:
+        duals[con.id] = _shape(con, lam[a:b])
+    duals[ext.cost_constraint.id] = ext.scale * t * t / f
+    return ext.scale * t, ext.scale * low / ext.budget
 
 
 def _shape(con, vals: np.ndarray):

@@ -8,12 +8,18 @@ Accepted::
                                                                      slices, sums, weights)
 
 with ``s`` a vector Variable of ``W.n_residuals`` entries (``pos=True`` or ``nonneg=True``, or
-no sign).  The output is what :mod:`cvxdp.solvers.residual.design` needs: ``p`` from the
+no sign); or Problem 2 of SM-II (privacy first)::
+
+    minimize    a * t                                               a > 0, t a scalar Variable
+    subject to  nonnegative maps of s <= t * c,   cvxdp.privacy_cost(W, s) <= budget
+
+which is Problem 1 with targets ``c`` scaled: ``t* = f* / budget``, ``s* = t* s_1``.  The output is what :mod:`cvxdp.solvers.residual.design` needs: ``p`` from the
 workload, the stacked rows ``V`` (entries >= 0) and targets ``c`` of every constraint, and the
 blocks that map the multipliers back to the user's constraints.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +39,8 @@ __all__ = ["ResidualExtraction", "recognise"]
 _NAME = short(NEWTON_CG)
 _EXPECTED = ("minimize a positive multiple of cvxdp.privacy_cost(W, s) for a MarginalWorkload W "
              "and a vector Variable s (the residual variances), subject to nonnegative affine "
-             "maps of s at most constants (cvxdp.query_variance(W, s) <= c, slices, sums)")
+             "maps of s at most constants (cvxdp.query_variance(W, s) <= c, slices, sums); or "
+             "minimize t subject to query_variance(W, s) <= t * c and privacy_cost(W, s) <= budget")
 
 
 @dataclass
@@ -47,11 +54,16 @@ class ResidualExtraction:
     V: sp.csr_matrix                      # every constraint's rows, stacked
     c: np.ndarray
     blocks: list = field(default_factory=list)   # (constraint, row start, row stop)
+    t: cp.Variable | None = None          # Problem 2: the scaling variable (the objective)
+    budget: float = math.nan              # ... and the privacy-cost bound
+    cost_constraint: object = None        # ... its constraint
 
 
 def recognise(problem: cp.Problem) -> ResidualExtraction:
     if not isinstance(problem.objective, cp.Minimize):
         raise NotRecognised(_NAME, _EXPECTED, "a Maximize objective", claimed=_has_cost(problem))
+    if not _has_cost(problem.objective.expr) and _has_cost(problem):
+        return _privacy_first(problem)
     atom, scale, constant = _objective(problem.objective.expr)
     s = atom.args[0]
     if not isinstance(s, cp.Variable):
@@ -79,14 +91,53 @@ def recognise(problem: cp.Problem) -> ResidualExtraction:
     return ResidualExtraction(atom.W, s, scale, constant, V, np.concatenate(targets), blocks)
 
 
-def _has_cost(problem: cp.Problem) -> bool:
-    stack = [problem.objective.expr]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ResidualPrivacyCost):
-            return True
-        stack.extend(e.args)
-    return False
+def _has_cost(where) -> bool:
+    """Whether a residual privacy cost occurs in an expression, or anywhere in a problem."""
+    if isinstance(where, cp.Problem):
+        return any(_has_cost(e) for e in [where.objective.expr]
+                   + [a for c in where.constraints for a in c.args])
+    return any(isinstance(e, ResidualPrivacyCost) for e in _walk(where))
+
+
+def _privacy_first(problem: cp.Problem) -> ResidualExtraction:
+    """Problem 2: ``minimize a t`` s.t. ``maps of s <= t c``, ``privacy_cost(W, s) <= budget``."""
+    obj = problem.objective.expr
+    scale, t = 1.0, obj
+    while not isinstance(t, cp.Variable):
+        found = scalar_scaling(t)
+        if found is None:
+            raise NotRecognised(_NAME, _EXPECTED, f"the objective {type(obj).__name__}")
+        a, t = found
+        scale *= a
+    if t.size != 1 or not scale > 0:
+        raise NotRecognised(_NAME, _EXPECTED, "an objective other than a positive multiple of "
+                            "a scalar variable t")
+    costs = [c for c in problem.constraints if isinstance(c, Inequality)
+             and isinstance(c.args[0], ResidualPrivacyCost) and c.args[1].is_constant()]
+    if len(costs) != 1:
+        raise NotRecognised(_NAME, _EXPECTED, f"{len(costs)} constraints privacy_cost(W, s) <= "
+                            f"budget (need one)")
+    atom, budget = costs[0].args[0], float(np.asarray(costs[0].args[1].value).ravel()[0])
+    s = atom.args[0]
+    if not isinstance(s, cp.Variable) or {v.id for v in problem.variables()} != {s.id, t.id}:
+        raise NotRecognised(_NAME, _EXPECTED, "variables other than s and t")
+    if not (math.isfinite(budget) and budget > 0):
+        raise NotRecognised(_NAME, _EXPECTED, f"a privacy budget of {budget!r} (must be > 0)")
+    lin = Linearizer([s, t])
+    rows, targets, blocks, start = [], [], [], 0
+    for con in problem.constraints:
+        if con is costs[0]:
+            continue
+        M, c = _rows(con, lin, scaled=True)
+        rows.append(M)
+        targets.append(c)
+        blocks.append((con, start, start + M.shape[0]))
+        start += M.shape[0]
+    if not rows:
+        raise NotRecognised(_NAME, _EXPECTED, "no variance target")
+    return ResidualExtraction(atom.W, s, scale, 0.0, sp.vstack(rows).tocsr(),
+                              np.concatenate(targets), blocks, t=t, budget=budget,
+                              cost_constraint=costs[0])
 
 
 def _objective(expr) -> tuple[ResidualPrivacyCost, float, float]:
@@ -120,8 +171,9 @@ def _walk(expr):
         stack.extend(e.args)
 
 
-def _rows(con, lin: Linearizer) -> tuple[sp.csr_matrix, np.ndarray]:
-    """``(M, c)`` with the constraint read as ``M s <= c``; ``M >= 0`` required."""
+def _rows(con, lin: Linearizer, scaled: bool = False) -> tuple[sp.csr_matrix, np.ndarray]:
+    """``(M, c)`` with the constraint read as ``M s <= c`` (``scaled``: as ``M s <= t c``, the
+    linearizer's last column ``t``); ``M >= 0`` required."""
     if isinstance(con, Inequality):
         expr = con.args[0] - con.args[1]
     elif isinstance(con, NonPos):
@@ -136,6 +188,15 @@ def _rows(con, lin: Linearizer) -> tuple[sp.csr_matrix, np.ndarray]:
         raise NotRecognised(_NAME, _EXPECTED, f"constraint {str(con)[:60]} is not affine in s "
                             f"({exc})") from None
     M = sp.csr_matrix(M)
+    if scaled:
+        if np.any(d != 0):
+            raise NotRecognised(_NAME, _EXPECTED, f"constraint {str(con)[:60]} has a constant "
+                                f"term (targets must be t * c)")
+        d = M[:, -1].toarray().ravel()
+        M = M[:, :-1].tocsr()
+        if np.any(d >= 0):
+            raise NotRecognised(_NAME, _EXPECTED, f"constraint {str(con)[:60]} is not "
+                                f"'... <= t * c' with c > 0")
     if M.nnz and M.data.min() < 0:
         raise NotRecognised(_NAME, _EXPECTED, f"constraint {str(con)[:60]} has a negative "
                             f"coefficient on s (a lower bound on a variance)")
