@@ -69,3 +69,22 @@ def max_violation(problem: cp.Problem) -> float:
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+def random_forest(n, rng, p_root=0.1):
+    """A random forest on ``n`` nodes as a parent array (a new root with probability
+    ``p_root``), relabelled so the order is not breadth first."""
+    parent = np.full(n, -1)
+    for v in range(1, n):
+        if rng.random() > p_root:
+            parent[v] = rng.integers(0, v)
+    perm = rng.permutation(n)            # relabel so the order is not breadth first
+    inv = np.argsort(perm)
+    return np.where(parent[inv] >= 0, perm[np.maximum(parent[inv], 0)], -1)
+
+
+def complete_parent(k, h):
+    """The parent array of the complete ``k``-ary tree of height ``h``, breadth first."""
+    n = (k ** (h + 1) - 1) // (k - 1)
+    parent = np.r_[-1, (np.arange(1, n) - 1) // k]
+    return parent

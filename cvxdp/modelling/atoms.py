@@ -24,11 +24,11 @@ import scipy.sparse as sp
 import scipy.linalg as la
 import cvxpy as cp
 import cvxpy.atoms as cp_atoms
-from cvxpy.atoms.atom import Atom
 from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 from cvxpy.reductions.dcp2cone.canonicalizers.matrix_frac_canon import matrix_frac_canon
 
+from .convex_atom import ConvexAtom
 from .marginal_workload import MarginalWorkload
 from .residual_atoms import ResidualPrivacyCost, residual_privacy_cost, residual_variance
 
@@ -54,23 +54,7 @@ def _check_X(X, k: int, atom: str) -> cp.Expression:
     return X
 
 
-class _ConvexInX(Atom):
-    """Curvature shared by both atoms: convex in ``X``, neither increasing nor decreasing."""
-
-    def is_atom_convex(self) -> bool:
-        return True
-
-    def is_atom_concave(self) -> bool:
-        return False
-
-    def is_incr(self, idx) -> bool:
-        return False
-
-    def is_decr(self, idx) -> bool:
-        return False
-
-
-class QueryVariance(_ConvexInX):
+class QueryVariance(ConvexAtom):
     """``[l_i^T X^{-1} l_i for each row l_i of L]`` (convex in positive definite ``X``)."""
 
     def __init__(self, X, L) -> None:
@@ -113,7 +97,7 @@ class QueryVariance(_ConvexInX):
     __repr__ = name
 
 
-class PrivacyCost(_ConvexInX):
+class PrivacyCost(ConvexAtom):
     """``max_j b_j^T X b_j`` over the columns of ``B`` (convex: a max of affine functions)."""
 
     def __init__(self, X, B) -> None:

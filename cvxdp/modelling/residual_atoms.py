@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
-from cvxpy.atoms.atom import Atom
 from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
+from .convex_atom import ConvexAtom
 from .marginal_workload import MarginalWorkload
 
 __all__ = ["ResidualPrivacyCost", "residual_privacy_cost", "residual_variance"]
@@ -37,8 +37,11 @@ def _strategy(W: MarginalWorkload, s, atom: str) -> cp.Expression:
     return s
 
 
-class ResidualPrivacyCost(Atom):
-    """``sum_A p_A / s_A`` over the residuals of ``W`` with ``p_A > 0`` (module docstring)."""
+class ResidualPrivacyCost(ConvexAtom):
+    """``sum_A p_A / s_A`` over the residuals of ``W`` with ``p_A > 0`` (module docstring):
+    convex and decreasing in ``s``."""
+
+    decreasing = True
 
     def __init__(self, s, W: MarginalWorkload) -> None:
         if not isinstance(W, MarginalWorkload):
@@ -66,18 +69,6 @@ class ResidualPrivacyCost(Atom):
 
     def sign_from_args(self):
         return (True, False)
-
-    def is_atom_convex(self) -> bool:
-        return True
-
-    def is_atom_concave(self) -> bool:
-        return False
-
-    def is_incr(self, idx) -> bool:
-        return False
-
-    def is_decr(self, idx) -> bool:
-        return True
 
     def _domain(self) -> list[Constraint]:
         return [self.args[0] >= 0]

@@ -13,7 +13,7 @@ independently of the solver) and solved through the public API against Clarabel:
 * contradicting constraints are reported ``infeasible``;
 * a second (warm-started) solve passes the same checks.
 
-``run_kind(kind, seeds)`` returns the failures; ``python tests/test_admm_certified.py``
+``run_kind(kind, seeds)`` returns the failures; ``python tests/consistency/test_admm_certified.py``
 prints the counts per kind.
 """
 from __future__ import annotations

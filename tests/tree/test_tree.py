@@ -4,22 +4,7 @@ import pytest
 import scipy.sparse as sp
 
 from cvxdp.solvers.tree.forest import Forest, TreeLSQ, forest_from_rows, hay_projection
-
-
-def random_forest(n, rng, p_root=0.1):
-    parent = np.full(n, -1)
-    for v in range(1, n):
-        if rng.random() > p_root:
-            parent[v] = rng.integers(0, v)
-    perm = rng.permutation(n)            # relabel so the order is not breadth first
-    inv = np.argsort(perm)
-    return np.where(parent[inv] >= 0, perm[np.maximum(parent[inv], 0)], -1)
-
-
-def complete_parent(k, h):
-    n = (k ** (h + 1) - 1) // (k - 1)
-    parent = np.r_[-1, (np.arange(1, n) - 1) // k]
-    return parent
+from conftest import complete_parent, random_forest
 
 
 def dense_projection(C, weights, v, b, fixed=None):

@@ -18,7 +18,7 @@ from cvxdp.solvers.consistency.affine import AffineProjector, make_projector
 from cvxdp.solvers.consistency.losses import SeparableLoss
 from cvxdp.solvers.tree.forest import Forest, distinct
 
-from test_tree import complete_parent, random_forest
+from conftest import complete_parent, random_forest
 
 
 def tree_problem(rng, h=4, l1=True):
