@@ -364,8 +364,52 @@ LOCAL_KINDS = {"local_l2": lambda r: local_instance(r, "l2"),
                "local_general": lambda r: local_instance(r, general=True),
                "local_scales": lambda r: local_instance(r, scale=True)}
 
+def residual_instance(rng, kind):
+    """A marginal workload's noise design (residual basis): random cliques over 1-6 attributes
+    of sizes 1-6 (``nested``: all subsets of the cliques too; ``repeated``: some cliques twice
+    with other targets; ``scales``: targets from 1e-6 to 1e9; ``privacy_first``: Problem 2)."""
+    k = int(rng.integers(1, 7))
+    sizes = rng.integers(1, 7, k).tolist()
+    r = int(rng.integers(1, min(k, 3) + 1))
+    cl = [c for c in itertools.combinations(range(k), r) if rng.random() < 0.7] or [tuple(range(r))]
+    if kind == "nested":
+        cl = list(dict.fromkeys(sub for c in cl for j in range(1, len(c) + 1)
+                                for sub in itertools.combinations(c, j)))
+    if kind == "repeated":
+        cl = cl + [cl[int(i)] for i in rng.integers(0, len(cl), int(rng.integers(1, 4)))]
+    W = cvxdp.workloads.marginal_workload(sizes, cl)
+    scale = float(10.0 ** rng.uniform(-6, 9)) if kind == "scales" else 1.0
+    c = scale * rng.uniform(0.1, 10.0, len(cl))
+    s = cp.Variable(W.n_residuals, pos=True)
+
+    def exact_dual_bound(prob):
+        """``min_s cost(s) + lambda^T (V s - c)`` in closed form (``min p / s + a s = 2
+        sqrt(p a)``): a Clarabel solve of the Lagrangian fails at the extreme scales."""
+        lam = np.asarray(prob.constraints[0].dual_value, dtype=float)
+        a = W.basis.V.T @ lam
+        return float(2 * np.sum(np.sqrt(W.basis.p * np.maximum(a, 0.0))) - c @ lam)
+    if kind == "scales":          # references fail at these scales: they solve the problem at
+        base = cp.Problem(cp.Minimize(cvxdp.privacy_cost(W, s)),   # scale 1 (the cost is
+                          [cvxdp.query_variance(W, s) <= c / scale])  # homogeneous: 1 / scale)
+        prob = cp.Problem(cp.Minimize(cvxdp.privacy_cost(W, s)), [cvxdp.query_variance(W, s) <= c])
+        prob.stress_normalized = (base, 1.0 / scale)
+        prob.stress_dual_bound = lambda: exact_dual_bound(prob)
+        return prob
+    if kind == "privacy_first":
+        t = cp.Variable()
+        return cp.Problem(cp.Minimize(t), [cvxdp.query_variance(W, s) <= t * c,
+                                           cvxdp.privacy_cost(W, s) <= float(rng.uniform(0.1, 10))])
+    prob = cp.Problem(cp.Minimize(cvxdp.privacy_cost(W, s)), [cvxdp.query_variance(W, s) <= c])
+    prob.stress_dual_bound = lambda: exact_dual_bound(prob)
+    return prob
+
+
+RESIDUAL_KINDS = {k: (lambda kk: (lambda r: residual_instance(r, kk)))(k)
+                  for k in ("random", "nested", "repeated", "scales", "privacy_first")}
+
 FAMILIES = {"admm": (cvxdp.ADMM, ADMM_KINDS), "mirror_descent": (cvxdp.MIRROR_DESCENT, MD_KINDS),
-            "newton_cg": (cvxdp.NEWTON_CG, NC_KINDS), "local_polytope": (cvxdp.ADMM, LOCAL_KINDS)}
+            "newton_cg": (cvxdp.NEWTON_CG, NC_KINDS), "local_polytope": (cvxdp.ADMM, LOCAL_KINDS),
+            "residual": (cvxdp.NEWTON_CG, RESIDUAL_KINDS)}
 
 
 # --------------------------------------------------------------------------- checks
@@ -377,20 +421,23 @@ REFERENCES = ((cp.HIGHS, dict(time_limit=20.0)), (cp.CLARABEL, dict(CLARABEL, ti
 def references(prob: cp.Problem):
     """``(solver, status, value)`` of each reference that gives a decisive answer, in
     order: HiGHS first for LPs (exact there, and Clarabel is wrong at scales near 1e9),
-    then Clarabel, then SCS."""
+    then Clarabel, then SCS.  A problem with ``stress_normalized = (problem, factor)`` (one
+    whose optimum is ``factor`` times the other's, e.g. a homogeneous one at an extreme scale)
+    is referenced through the normalized one."""
+    target, factor = getattr(prob, "stress_normalized", (prob, 1.0))
     for solver, opts in REFERENCES:
-        if solver == cp.HIGHS and not prob.objective.expr.is_pwl():
+        if solver == cp.HIGHS and not target.objective.expr.is_pwl():
             continue                      # HiGHS for LPs only (its QP solver can hang)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                prob.solve(solver=solver, **opts)
+                target.solve(solver=solver, **opts)
         except (cp.error.SolverError, cp.error.DCPError, ValueError):
             continue
-        if prob.status == cp.OPTIMAL and hasattr(prob, "stress_repair"):
-            yield solver, prob.status, prob.stress_repair()
-        elif prob.status in (cp.OPTIMAL, cp.INFEASIBLE):
-            yield solver, prob.status, prob.value
+        if target.status == cp.OPTIMAL and hasattr(target, "stress_repair"):
+            yield solver, target.status, factor * target.stress_repair()
+        elif target.status in (cp.OPTIMAL, cp.INFEASIBLE):
+            yield solver, target.status, factor * target.value
 
 
 def _agrees(status: str, val: float, ref_status: str, ref_val: float) -> bool:
@@ -478,6 +525,10 @@ def dual_check(prob: cp.Problem, ref_val: float) -> tuple[str, str]:
     if any(v is None for c in cons for v in (c.dual_value if isinstance(c.dual_value, list)
                                              else [c.dual_value])):
         return "no_duals", ""
+    if hasattr(prob, "stress_dual_bound"):          # the Lagrangian's minimum in closed form
+        low = prob.stress_dual_bound()
+        gap = (ref_val - low) / max(1.0, abs(ref_val))
+        return ("bad_duals", f"Lagrangian gap {gap:.2e}") if gap > DUAL_TOL else ("ok", "")
     lag, box = prob.objective.expr, []
     for c in cons:
         if isinstance(c, (cvxdp.MarginalPolytope, cvxdp.LocalPolytope)):

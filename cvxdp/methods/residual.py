@@ -83,18 +83,22 @@ class ResidualDesign:
 
 def _privacy_first(ext: ResidualExtraction, res, primal: dict, duals: dict) -> tuple[float, float]:
     """Problem 2 from Problem 1's answer (the design is homogeneous: cost(t s) = cost(s) / t):
-    ``t* = f* / budget``, ``s* = t* s_1``; the multipliers ``lambda_1 / f*`` of the targets and
-    ``t*^2 / f*`` of the budget (stationarity in ``s`` and ``t``, with ``c^T lambda_1 = f*``),
-    scaled to the objective.  Returns ``(objective, lower bound)``."""
-    f, low = res.objective, res.lower_bound
-    t = f / ext.budget
+    ``t* = f / budget``, ``s* = t* s_1``.  With Problem 1's multipliers ``lambda_1``,
+    ``g = c^T lambda_1`` and ``S = sum_A sqrt(p_A (V^T lambda_1)_A)``, the multipliers
+    ``lambda = lambda_1 / g`` (so ``c^T lambda = 1``: stationary in ``t``) and ``nu = tau^2 /
+    g``, ``tau = S / budget``, give the Lagrange dual value ``S^2 / (g budget)``, the
+    certified lower bound (both scaled to the objective).  Returns ``(objective, bound)``."""
+    lam1 = res.duals["variance"]
+    g = float(ext.c @ lam1)
+    S = float(np.sum(np.sqrt(ext.workload.basis.p * np.maximum(ext.V.T @ lam1, 0.0))))
+    t, tau = res.objective / ext.budget, S / ext.budget
     primal[ext.s.id] = t * res.x
     primal[ext.t.id] = t
-    lam = ext.scale * res.duals["variance"] / f
+    lam = ext.scale * lam1 / g
     for con, a, b in ext.blocks:
         duals[con.id] = _shape(con, lam[a:b])
-    duals[ext.cost_constraint.id] = ext.scale * t * t / f
-    return ext.scale * t, ext.scale * low / ext.budget
+    duals[ext.cost_constraint.id] = ext.scale * tau * tau / g
+    return ext.scale * t, ext.scale * S * S / (g * ext.budget)
 
 
 def _shape(con, vals: np.ndarray):

@@ -319,3 +319,34 @@ def test_privacy_first_problem_two(budget):
         cp.Problem(cp.Minimize(t), [cvxdp.query_variance(W, s) <= t * c + 1.0,
                                     cvxdp.privacy_cost(W, s) <= budget]).solve(
             method="cvxdp", solver=cvxdp.NEWTON_CG)
+
+
+DEGENERATE = [
+    ([1, 3, 2], [(0, 1), (1, 2)], 1.0),            # an attribute of size 1
+    ([2, 2, 2], [(0, 1, 2)], 1.0),                 # one clique
+    ([3, 2, 4], [(0, 1, 2), (0, 1), (2,)], 1.0),   # nested cliques
+    ([3, 3], [(0, 1), (0, 1), (0,), (0,)], 1.0),   # repeated cliques
+    ([2, 3, 2], [(0, 1), (1, 2), (0, 2)], 1e-6),   # tiny targets
+    ([2, 3, 2], [(0, 1), (1, 2), (0, 2)], 1e9),    # huge targets
+]
+
+
+@pytest.mark.parametrize("sizes, cliques, scale", DEGENERATE)
+def test_degenerate_designs_equal_the_dense_optimum(sizes, cliques, scale):
+    """The residual design and the dense fitness-for-use model (``privacy_cost(I, X)`` s.t.
+    ``query_variance(L, X) <= c`` per cell) agree to 1e-6 on degenerate workloads too."""
+    W = cvxdp.workloads.marginal_workload(sizes, cliques)
+    c = scale * np.linspace(0.5, 1.5, len(cliques))
+    _, prob = _model(W, c)
+    prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
+    assert prob.status == cp.OPTIMAL
+    L = cvxdp.workloads.marginals(sizes, [list(m) for m in W.basis.cliques]).toarray()
+    per_query = np.concatenate([np.full(int(np.prod([sizes[i] for i in m])), t)
+                                for m, t in zip(W.basis.cliques, c)])
+    d = L.shape[1]
+    X = cp.Variable((d, d), PSD=True)
+    dense = cp.Problem(cp.Minimize(cvxdp.privacy_cost(np.eye(d), X)),
+                       [cvxdp.query_variance(L, X) <= per_query])
+    dense.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
+    assert dense.status == cp.OPTIMAL
+    assert prob.value == pytest.approx(dense.value, rel=1e-6)
