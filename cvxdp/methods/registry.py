@@ -18,12 +18,14 @@ from .fitness import FitnessNewtonCG
 from .local_polytope import LocalPolytopeADMM
 from .marginal_polytope import MarginalMirrorDescent
 from .residual import ResidualDesign
+from .residual_reconstruction import ResidualReconstruction
 
 __all__ = ["FAMILIES", "METHODS", "method_for"]
 
 #: every family interface.  ``solver=name`` tries those registered under ``name`` in this
 #: order; ``solver=None`` tries every method in the order of :data:`cvxdp.names.NAMES`
 FAMILIES: tuple[Family, ...] = (
+    ResidualReconstruction(),
     LocalPolytopeADMM(),
     ConsistencyADMM(),
     FitnessNewtonCG(),

@@ -17,12 +17,15 @@ so any solver accepts them and the ADMM recogniser reads them back.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Iterable, Sequence
 
 import cvxpy as cp
 import numpy as np
 
 from .measurement import Measurement
+from .residual_likelihood import residual_likelihood
+from .residual_measurement import ResidualMeasurement
 
 __all__ = ["nll", "elastic_net", "laplace", "gaussian", "residual"]
 
@@ -97,13 +100,19 @@ def gaussian(r: cp.Expression, sigma) -> cp.Expression:
     return cp.sum(cp.multiply(1.0 / (2.0 * s * s), cp.square(r)))
 
 
-def nll(measurements: Measurement | Sequence[Measurement], x: cp.Expression,
-        *, space: str | None = None) -> cp.Expression:
+def nll(measurements: Measurement | Sequence[Measurement] | ResidualMeasurement,
+        x: cp.Expression | Mapping, *, space: str | None = None) -> cp.Expression:
     """Negative log-likelihood of ``measurements`` given ``x``, up to a constant.
 
     Laplace measurements contribute ``|Q x - y|_1 / b``, Gaussian ones
-    ``|Q x - y|_2^2 / (2 sigma^2)``.  See :func:`residual` for ``space``.
+    ``|Q x - y|_2^2 / (2 sigma^2)``.  See :func:`residual` for ``space``.  Residual answers of
+    a marginal workload (``cvxdp.mechanisms.residual_gaussian``) take ``x`` as a mapping
+    ``clique -> marginal`` (:mod:`cvxdp.modelling.residual_likelihood`).
     """
+    if isinstance(measurements, ResidualMeasurement):
+        if space is not None:
+            raise ValueError("nll: space does not apply to residual answers")
+        return residual_likelihood(measurements, x)
     terms = []
     for m in _as_list(measurements):
         r = residual(m, x, space)

@@ -130,8 +130,8 @@ def marginal_workload(domain: Domain | Mapping[str, int] | Sequence[int],
     ----------
     domain : a :class:`cvxdp.Domain`, a mapping ``name -> size``, or a list of sizes (the
         attributes are then named ``"0" .. "k-1"`` and cliques may give them as integers).
-    cliques : attribute tuples (a single name is a 1-tuple), at least one; a clique is put
-        in domain order.
+    cliques : attribute tuples (a single name is a 1-tuple; an attribute may also be given by
+        its position, an integer), at least one; a clique is put in domain order.
 
     ``ValueError`` / ``KeyError`` name the bad argument (an unknown or repeated attribute, an
     empty workload or clique).
@@ -148,16 +148,15 @@ def marginal_workload(domain: Domain | Mapping[str, int] | Sequence[int],
                          f"{cliques!r}")
     if len(cliques) == 0:
         raise ValueError("marginal_workload: the workload has no cliques")
-    lookup = dict(zip(dom.names, range(len(dom))))
-    if not isinstance(domain, (Domain, Mapping)):
-        lookup.update({i: i for i in range(len(dom))})      # attributes by position too
+    lookup: dict = dict(zip(dom.names, range(len(dom))))
+    lookup.update({i: i for i in range(len(dom))})          # attributes by position too
     out = []
     for c in cliques:
         c = (c,) if isinstance(c, (str, int, np.integer)) else tuple(c)
         try:
             idx = sorted(lookup[a] for a in c)
         except (KeyError, TypeError):
-            dom.clique(tuple(str(a) for a in c))              # raises, naming the attribute
+            dom.clique(tuple(a for a in c if a not in lookup))    # raises, naming the attribute
             raise
         if not idx or any(x == y for x, y in zip(idx, idx[1:])):
             dom.clique(tuple(dom.names[i] for i in idx) if idx else ())   # names the error

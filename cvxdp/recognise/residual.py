@@ -28,13 +28,16 @@ import cvxpy as cp
 from cvxpy.constraints import Inequality, NonNeg, NonPos
 
 from ..errors import NotRecognised
+from ..modelling.local_polytope import LocalPolytope
 from ..modelling.marginal_workload import MarginalWorkload
 from ..modelling.residual_atoms import ResidualPrivacyCost
-from ..names import NEWTON_CG, short
+from ..modelling.residual_likelihood import ResidualLikelihood
+from ..names import ADMM, NEWTON_CG, short
 from .affine import Linearizer
 from .losses import scalar_scaling
 
-__all__ = ["ResidualExtraction", "recognise"]
+__all__ = ["ResidualExtraction", "recognise", "ReconstructionExtraction",
+           "recognise_reconstruction"]
 
 _NAME = short(NEWTON_CG)
 _EXPECTED = ("minimize a positive multiple of cvxdp.privacy_cost(W, s) for a MarginalWorkload W "
@@ -142,13 +145,7 @@ def _privacy_first(problem: cp.Problem) -> ResidualExtraction:
 
 def _objective(expr) -> tuple[ResidualPrivacyCost, float, float]:
     """``(atom, a, constant)`` for ``a * privacy_cost(W, s) + constant``."""
-    constant = 0.0
-    if isinstance(expr, cp.atoms.affine.add_expr.AddExpression):
-        consts = [a for a in expr.args if a.is_constant()]
-        rest = [a for a in expr.args if not a.is_constant()]
-        if len(rest) == 1 and all(a.size == 1 for a in consts):
-            constant = float(sum(float(np.asarray(a.value).ravel()[0]) for a in consts))
-            expr = rest[0]
+    expr, constant = _split_constant(expr)
     scale = 1.0
     while not isinstance(expr, ResidualPrivacyCost):
         found = scalar_scaling(expr)
@@ -205,3 +202,62 @@ def _rows(con, lin: Linearizer, scaled: bool = False) -> tuple[sp.csr_matrix, np
         raise NotRecognised(_NAME, _EXPECTED, f"constraint {str(con)[:60]} has a row that does "
                             f"not read s")
     return M, -d
+
+
+_RECONSTRUCT_NAME = short(ADMM)
+_RECONSTRUCT_EXPECTED = ("minimize a positive multiple of cvxdp.nll(measurement, marginals) for "
+                         "residual answers (cvxdp.mechanisms.residual_gaussian) subject to one "
+                         "cvxdp.LocalPolytope over the same marginal variables")
+
+
+@dataclass
+class ReconstructionExtraction:
+    """The non-negative reconstruction as arrays: the polytope, the loss atom, its scale."""
+
+    constraint: LocalPolytope
+    atom: ResidualLikelihood
+    variables: list
+    scale: float
+    constant: float
+
+
+def recognise_reconstruction(problem: cp.Problem) -> ReconstructionExtraction:
+    """``minimize a nll(measurement, marginals) + constant s.t. LocalPolytope(marginals, ...)``
+    (:mod:`cvxdp.modelling.residual_likelihood`) for ``cvxdp.ADMM``."""
+    name, expected = _RECONSTRUCT_NAME, _RECONSTRUCT_EXPECTED
+    if not isinstance(problem.objective, cp.Minimize):
+        raise NotRecognised(name, expected, "a Maximize objective", claimed=False)
+    expr, constant = _split_constant(problem.objective.expr)
+    scale = 1.0
+    while not isinstance(expr, ResidualLikelihood):
+        found = scalar_scaling(expr)
+        if found is None:
+            claimed = any(isinstance(e, ResidualLikelihood) for e in _walk(expr))
+            raise NotRecognised(name, expected, f"the objective {type(expr).__name__}",
+                                claimed=claimed)
+        a, expr = found
+        scale *= a
+    if not scale > 0:
+        raise NotRecognised(name, expected, f"the loss scaled by {scale:g} (must be > 0)")
+    polytopes = [c for c in problem.constraints if isinstance(c, LocalPolytope)]
+    if len(problem.constraints) != 1 or len(polytopes) != 1:
+        raise NotRecognised(name, expected, f"{len(problem.constraints)} constraints (need one "
+                            f"LocalPolytope)")
+    lp = polytopes[0]
+    if len(lp.args) != len(expr.args) or any(a is not b for a, b in zip(lp.args, expr.args)) \
+            or any(lp.domain.clique(c) != c2 for c, c2 in zip(lp.cliques, expr.cliques)):
+        raise NotRecognised(name, expected, "a LocalPolytope over other marginals than the loss")
+    if any(not isinstance(a, cp.Variable) for a in lp.args) or \
+            len({a.id for a in lp.args}) != len(lp.args):
+        raise NotRecognised(name, expected, "marginals that are not distinct Variables")
+    return ReconstructionExtraction(lp, expr, list(lp.args), scale, constant)
+
+
+def _split_constant(expr) -> tuple[cp.Expression, float]:
+    """``(rest, constant)`` of ``rest + constant`` (scalar constants)."""
+    if isinstance(expr, cp.atoms.affine.add_expr.AddExpression):
+        consts = [a for a in expr.args if a.is_constant()]
+        rest = [a for a in expr.args if not a.is_constant()]
+        if len(rest) == 1 and all(a.size == 1 for a in consts):
+            return rest[0], float(sum(float(np.asarray(a.value).ravel()[0]) for a in consts))
+    return expr, 0.0
