@@ -7,8 +7,9 @@ the same marginal variables (:mod:`cvxdp.recognise.residual`).  The route,
 an ADMM in residual coordinates, where consistency holds by construction and every step is in
 closed form, stopped by a certified duality gap; the local polytope's dual is written (minus the loss's
 gradient at the bound's own point, whose Lagrangian bound is at least the certified one).  Of ADMM's own options ``rho``,
-``alpha`` and ``check_every`` apply here; ``adaptive_rho``, ``polish``, ``dual_newton`` and
-``equality_split`` have nothing to choose.
+``alpha``, ``check_every`` and ``polish`` (the least-squares point on the face the ADMM holds
+at zero, at every check) apply here; ``adaptive_rho``, ``dual_newton`` and ``equality_split``
+have nothing to choose.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class ResidualReconstruction:
         sizes = W.domain.sizes
         struct = CliqueResiduals(sizes, [tuple(sorted(o)) for o in atom.order],
                                  [W.basis.residual(j) for j in range(W.n_residuals)])
-        s = NonnegSettings(**settings.pick(*STOPPING, "rho", "alpha", "check_every"))
+        s = NonnegSettings(**settings.pick(*STOPPING, "rho", "alpha", "check_every", "polish"))
         warm = settings.warm_start and all(v.value is not None for v in ext.variables)
         state = cached if warm and isinstance(cached, dict) else None
         res = solve(struct, atom.z, atom.w, lp.known_total(), s, state=state)

@@ -47,6 +47,17 @@ __all__ = ["CliqueResiduals", "NonnegSettings", "solve", "ROUTE"]
 
 #: what :func:`solve` reports as ``info["route"]``
 ROUTE = "residual ADMM"
+# conjugate-gradient steps of one polish (each two passes over the cells)
+_POLISH_CG = 50
+# the polish is tried only once the certified gap is below this (it costs about as much as
+# 50 iterations and pays only near the end)
+_POLISH_GAP = 1e-3
+# the polish runs once fewer than this fraction of the cells changed between zero and not
+# since the previous check (the face has settled)
+_SETTLED = 1e-4
+# residual balancing: rho changes when one residual is this many times the other
+_BALANCE = 10.0
+_RHO_RANGE = (1e-8, 1e8)
 _COLUMNS = [("iter", "d"), ("objective", ".8e"), ("lower bnd", ".8e"), ("rel gap", ".2e"),
             ("pri res", ".2e"), ("rho", ".2e"), ("time [s]", ".2e")]
 
@@ -63,6 +74,8 @@ class NonnegSettings:
     rho: float | None = None
     alpha: float = 1.6
     check_every: int = 10
+    adaptive_rho: bool = True        # residual balancing at every check
+    polish: bool = True              # the face's least-squares point at every check (module)
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
@@ -167,13 +180,16 @@ class _Run:
         self.best: tuple[float, list] | None = None
         self.lower = -math.inf
         self.dual_point: list | None = None      # the Lagrangian's minimiser at the best bound
+        self.masks: list | None = None           # the cells held at zero at the last check
         self.history: list[dict] = []
         self.table = IterationTable(_COLUMNS, s.verbose)
 
     def objective(self, u) -> float:
         return float(sum(0.5 * wj * np.sum((uj - zj) ** 2) for uj, zj, wj in zip(u, self.z, self.w)))
 
-    def step(self) -> float:
+    def step(self) -> tuple[float, float]:
+        """One ADMM step; ``(primal residual, dual residual)`` (largest cell of ``B u - v``
+        and of ``rho (v - v_previous)``)."""
         st, rho, a = self.st, self.rho, self.s.alpha
         target = st.contract([vk - lk / rho for vk, lk in zip(self.v, self.lam)])
         for j in range(len(self.u)):
@@ -181,39 +197,64 @@ class _Run:
                 continue
             self.u[j] = (self.w[j] * self.z[j] + rho * target[j]) / (self.w[j] + rho * st.d[j])
         Bu = st.expand(self.u)
-        res = 0.0
+        r_p = r_d = 0.0
         for k, T in enumerate(Bu):
             Th = a * T + (1 - a) * self.v[k]
             v_new = np.maximum(Th + self.lam[k] / rho, 0.0)
             self.lam[k] += rho * (Th - v_new)
-            res = max(res, float(np.max(np.abs(T - v_new), initial=0.0)))
+            r_p = max(r_p, float(np.max(np.abs(T - v_new), initial=0.0)))
+            r_d = max(r_d, rho * float(np.max(np.abs(v_new - self.v[k]), initial=0.0)))
             self.v[k] = v_new
-        return res
+        return r_p, r_d
+
+    def adapt(self, r_p: float, r_d: float) -> None:
+        """Residual balancing: ``rho`` doubles while the primal residual is ``_BALANCE``
+        times the dual one, halves in the opposite case (``lam`` is kept unscaled, so nothing
+        else changes)."""
+        if r_p > _BALANCE * r_d and self.rho < _RHO_RANGE[1]:
+            self.rho *= 2.0
+        elif r_d > _BALANCE * r_p and self.rho > _RHO_RANGE[0]:
+            self.rho /= 2.0
+
+    def feasible(self, u: list[np.ndarray]) -> None:
+        """``u`` mixed with the uniform table (``mu_C = N / cells``) just enough to be
+        non-negative, kept if it is the best feasible point so far."""
+        N = float(u[self.empty]) if self.total is None else float(self.total)
+        if not N > 0:
+            return
+        theta = 0.0
+        for T in self.st.expand(u):
+            neg = T < 0
+            if np.any(neg):
+                theta = max(theta, float(np.max(-T[neg] / (N / T.size - T[neg]))))
+        point = [(1 - theta) * uj for uj in u]
+        point[self.empty] = np.asarray(N)
+        f = self.objective(point)
+        if self.best is None or f < self.best[0]:
+            self.best = (f, point)
 
     def certify(self) -> None:
-        """The mixed feasible point and the dual bound at ``y = max(0, -lam)``."""
-        st = self.st
-        Bu = st.expand(self.u)
-        N = float(self.u[self.empty]) if self.total is None else float(self.total)
-        theta = 0.0
-        if N > 0:
-            for T in Bu:
-                level = N / T.size
-                neg = T < 0
-                if np.any(neg):
-                    theta = max(theta, float(np.max(-T[neg] / (level - T[neg]))))
-        point = [(1 - theta) * uj for uj in self.u]
-        point[self.empty] = np.asarray(N)
-        if theta <= 1.0 and N >= 0:
-            f = self.objective(point)
-            if self.best is None or f < self.best[0]:
-                self.best = (f, point)
-        y = st.contract([np.maximum(-lk, 0.0) for lk in self.lam])
-        # with a known total the empty residual is fixed: its term is f_{}(N) - y_{} N
-        low = 0.0
-        argmin = []                       # the Lagrangian's minimiser: z + y / w, N fixed
+        """The best feasible point (the iterate, the Lagrangian's minimiser and the polish,
+        mixed) and the best dual bound (at ``y = max(0, -lam)`` and the polish's ``y``)."""
+        self.feasible(self.u)
+        self.bound([np.maximum(-lk, 0.0) for lk in self.lam])
+        masks = [vk <= 0 for vk in self.v]
+        changed = sum(int(np.count_nonzero(a != b)) for a, b in zip(masks, self.masks)) \
+            if self.masks is not None else len(masks)
+        self.masks = masks
+        cells = sum(mk.size for mk in masks)
+        gap = R.relative_gap(self.best[0], self.lower) if self.best is not None else math.inf
+        if self.s.polish and changed <= _SETTLED * cells and self.s.eps_rel < gap <= _POLISH_GAP:
+            self.polish(masks)
+
+    def bound(self, y_tables: list[np.ndarray]) -> None:
+        """The Lagrange dual at ``y >= 0`` (cell multipliers of ``B u >= 0``) and its
+        minimiser, which is also tried as a feasible point."""
+        y = self.st.contract(y_tables)
+        N = None if self.total is None else float(self.total)
+        low, argmin = 0.0, []       # the minimiser: z + y / w, the total held where known
         for j, (yj, zj, wj) in enumerate(zip(y, self.z, self.w)):
-            if j == self.empty and self.total is not None:
+            if j == self.empty and N is not None:
                 low += 0.5 * wj * float((N - zj) ** 2) - float(yj) * N
                 argmin.append(np.asarray(N))
             elif wj > 0:
@@ -223,6 +264,33 @@ class _Run:
                 argmin.append(np.zeros_like(zj))
         if low > self.lower:
             self.lower, self.dual_point = low, argmin
+        self.feasible(argmin)
+
+    def polish(self, masks: list[np.ndarray]) -> None:
+        """The least-squares point on the guessed face: ``min f(u)`` s.t. ``(B u)_S = 0`` for
+        the cells ``S`` the ADMM holds at zero, by conjugate gradients on its multipliers
+        (``u = z + P B_S^T eta / w``, ``B_S P W^{-1} B_S^T eta = -B_S z``); its point and
+        ``max(0, eta)`` are tried for the certificate."""
+        st, fixed = self.st, self.total is not None
+        inv_w = np.where(self.w > 0, 1.0 / np.maximum(self.w, 1e-300), 0.0)
+        if fixed:
+            inv_w[self.empty] = 0.0
+        base = [zj.copy() for zj in self.z]
+        if fixed:
+            base[self.empty] = np.asarray(float(self.total))
+
+        def lift(eta):
+            c = st.contract([np.where(mk, e, 0.0) for mk, e in zip(masks, eta)])
+            return [cj * inv_w[j] for j, cj in enumerate(c)]
+
+        def op(eta):
+            return [np.where(mk, T, 0.0) for mk, T in zip(masks, st.expand(lift(eta)))]
+        rhs = [-np.where(mk, T, 0.0) for mk, T in zip(masks, st.expand(base))]
+        eta0 = [np.where(mk, np.maximum(-lk, 0.0), 0.0) for mk, lk in zip(masks, self.lam)]
+        eta = _cg(op, rhs, eta0, _POLISH_CG)
+        u = [bj + dj for bj, dj in zip(base, lift(eta))]
+        self.feasible(u)
+        self.bound([np.maximum(e, 0.0) for e in eta])
 
     def iterate(self, t0: float) -> tuple[str, int]:
         s = self.s
@@ -232,9 +300,11 @@ class _Run:
                           f"{len(st.residuals)} residuals")
         status, it = None, 0
         for it in range(1, s.max_iters + 1):
-            r_p = self.step()
+            r_p, r_d = self.step()
             if it % s.check_every and it < s.max_iters:
                 continue
+            if s.adaptive_rho:
+                self.adapt(r_p, r_d)
             self.certify()
             f = self.best[0] if self.best else math.inf
             row = {"iter": it, "objective": f, "lower bnd": self.lower,
@@ -262,6 +332,31 @@ class _Run:
                   "total": float(u[self.empty]), "dual_components": self.dual_point},
             state={"u": [a.copy() for a in self.u], "v": [a.copy() for a in self.v],
                    "lam": [a.copy() for a in self.lam], "rho": self.rho})
+
+
+def _cg(op, b: list[np.ndarray], x0: list[np.ndarray], steps: int) -> list[np.ndarray]:
+    """Conjugate gradients on a list of arrays (the polish's multipliers, one per clique)."""
+    def dot(a, c):
+        return float(sum(np.sum(ai * ci) for ai, ci in zip(a, c)))
+    x = [xi.copy() for xi in x0]
+    r = [bi - ai for bi, ai in zip(b, op(x))]
+    d = [ri.copy() for ri in r]
+    rr = dot(r, r)
+    tol = 1e-24 * max(dot(b, b), 1e-300)
+    for _ in range(steps):
+        if rr <= tol:
+            break
+        Ad = op(d)
+        dAd = dot(d, Ad)
+        if not dAd > 0:
+            break
+        a = rr / dAd
+        x = [xi + a * di for xi, di in zip(x, d)]
+        r = [ri - a * ai for ri, ai in zip(r, Ad)]
+        rr_new = dot(r, r)
+        d = [ri + (rr_new / rr) * di for ri, di in zip(r, d)]
+        rr = rr_new
+    return x
 
 
 def _fits(state: dict, v: list[np.ndarray]) -> bool:
