@@ -10,13 +10,17 @@ Clarabel and ResidualPlanner's published code, in one run.
   ``CVXDP_RP_PYTHON``, default ``/tmp/rp_env/bin/python``, and ``CVXDP_RP_SRC``, default
   ``/tmp/rp/src``).  Each run is a child process, so its peak memory is its own.
 * **growth**: cvxdp's design time from 10 to 100 attributes (all three-way marginals).
+* **non-negative reconstruction** on Adult (all two-way, then all three-way marginals, the
+  design at 20 per cell): the LocalPolytope model with the residuals' likelihood by
+  ``cvxdp.ADMM`` (residual coordinates), time to a certified gap, and the squared error of the
+  workload against the unbiased reconstruction's.
 * **measure + reconstruct** on the Adult data (``../shared/data/adult``; all 14 attributes,
   all 364 three-way marginals, targets uniform in [0.5, 2]): the design, the residual answers
   (numpy sampler) and the unbiased reconstruction of every workload marginal; time, peak
   memory, and the mean squared error of the reconstructed cells against the design's
   per-cell variance (over ``--draws`` draws).
 
-Usage: ``python benchmarks/marginal_workloads.py [--fast] [--only design,growth,adult]
+Usage: ``python benchmarks/marginal_workloads.py [--fast] [--only design,growth,adult,nonneg]
 [--out FILE]``.  ``--fast``: 30 attributes instead of 100, for a smoke run.
 """
 from __future__ import annotations
@@ -116,6 +120,47 @@ def child_adult(draws: int) -> dict:
             "rss_peak_mb": rss_mb()}
 
 
+def _adult():
+    import csv
+    import cvxdp
+    dom = cvxdp.Domain.from_json(ADULT / "adult-domain.json")
+    with open(ADULT / "adult.csv") as fh:
+        rows = list(csv.reader(fh))
+    data = np.array(rows[1:], dtype=np.int64)[:, [rows[0].index(a) for a in dom.names]]
+    return dom, data
+
+
+def child_nonneg(r: int, target: float, eps_rel: float, time_limit: float) -> dict:
+    """Adult, all ``r``-way marginals measured with the design at ``target`` per cell; the
+    non-negative, consistent reconstruction (LocalPolytope with the residual likelihood) by
+    cvxdp.ADMM, against the unbiased reconstruction's squared error."""
+    import cvxpy as cp
+    import cvxdp
+    dom, data = _adult()
+    cliques = list(itertools.combinations(dom.names, r))
+    W = cvxdp.workloads.marginal_workload(dom, cliques)
+    s = cp.Variable(W.n_residuals, pos=True)
+    cp.Problem(cp.Minimize(cvxdp.privacy_cost(W, s)), [cvxdp.query_variance(W, s) <= target]
+               ).solve(method="cvxdp")
+    m = cvxdp.mechanisms.residual_gaussian(W, s.value, data, rng=0)
+    mus = {c: cp.Variable(dom.shape(c)) for c in cliques}
+    prob = cp.Problem(cp.Minimize(cvxdp.nll(m, mus)), [cvxdp.LocalPolytope(mus, dom, total=None)])
+    t0 = time.perf_counter()
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=eps_rel, time_limit=time_limit)
+    t1 = time.perf_counter()
+    es = prob.solver_stats.extra_stats
+    est = cvxdp.reconstruct(W, m)
+    err_nn = err_ub = 0.0
+    for q in cliques:
+        truth = dom.count(data, q)
+        err_nn += float(np.sum((mus[q].value - truth) ** 2))
+        err_ub += float(np.sum((est[q] - truth) ** 2))
+    return {"status": prob.status, "time": t1 - t0, "gap": es["gap"],
+            "iterations": prob.solver_stats.num_iters, "duals_written": es["duals_certified"],
+            "cells": int(sum(dom.size(q) for q in cliques)), "sq_error_nonneg": err_nn,
+            "sq_error_unbiased": err_ub, "ratio": err_nn / err_ub, "rss_peak_mb": rss_mb()}
+
+
 def run_child(*args: str) -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True,
                          text=True)
@@ -194,10 +239,31 @@ def adult_table(fh, draws: int) -> None:
     emit(fh)
 
 
+def nonneg_table(fh, fast: bool, limit: float) -> None:
+    emit(fh, "## Adult: the non-negative, consistent reconstruction (LocalPolytope, residual "
+             "likelihood, cvxdp.ADMM), design at 20 per cell")
+    if not (ADULT / "adult.csv").exists():
+        emit(fh, f"(no Adult data at {ADULT})")
+        return
+    emit(fh, f"{'workload':>9} {'status':>18} {'time s':>8} {'iters':>6} {'gap':>9} {'cells':>11} "
+             f"{'sq err nonneg / unbiased':>25} {'MB':>6}")
+    for r, eps, t in ((2, 1e-6, 600.0), (3, 1e-6, limit))[: 1 if fast else 2]:
+        res = run_child("nonneg", str(r), "20", str(eps), str(t))
+        if res.get("status") == "error":
+            emit(fh, f"{r:>8}w error {res.get('error', '')[:200]}")
+            continue
+        emit(fh, f"{r:>8}w {res['status']:>18} {res['time']:8.1f} {res['iterations']:>6} "
+                 f"{res['gap']:9.1e} {res['cells']:>11,} {res['ratio']:25.3f} "
+                 f"{res['rss_peak_mb']:6.0f}")
+    emit(fh)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fast", action="store_true")
-    ap.add_argument("--only", default="design,growth,adult")
+    ap.add_argument("--only", default="design,growth,adult,nonneg")
+    ap.add_argument("--nonneg-time", type=float, default=600.0,
+                    help="time limit of the three-way non-negative reconstruction (s)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--draws", type=int, default=3)
     ap.add_argument("--rp-timeout", type=float, default=900.0)
@@ -205,8 +271,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         kind, *rest = args.child
-        res = child_design(rest[0], int(rest[1]), int(rest[2])) if kind == "design" \
-            else child_adult(int(rest[0]))
+        if kind == "design":
+            res = child_design(rest[0], int(rest[1]), int(rest[2]))
+        elif kind == "nonneg":
+            res = child_nonneg(int(rest[0]), float(rest[1]), float(rest[2]), float(rest[3]))
+        else:
+            res = child_adult(int(rest[0]))
         print(json.dumps(res))
         return
     only = set(args.only.split(","))
@@ -221,6 +291,8 @@ def main() -> None:
         growth_table(fh, [10, 20, 30] if args.fast else [10, 20, 50, 100])
     if "adult" in only:
         adult_table(fh, 1 if args.fast else args.draws)
+    if "nonneg" in only:
+        nonneg_table(fh, args.fast, args.nonneg_time)
 
 
 if __name__ == "__main__":

@@ -240,6 +240,18 @@ def _example(name: str) -> dict:
         prob = cvxdp.fitness_problem(W, np.ones(5)).problem
         prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG)
         return prob.solver_stats.extra_stats["info"]
+    if name == "admm-residual":
+        dom = cvxdp.Domain({"a": 2, "b": 3, "c": 2})
+        data = rng.integers(0, [2, 3, 2], size=(50, 3))
+        Wm = cvxdp.workloads.marginal_workload(dom, [("a", "b"), ("b", "c")])
+        s = cp.Variable(Wm.n_residuals, pos=True)
+        cp.Problem(cp.Minimize(cvxdp.privacy_cost(Wm, s)),
+                   [cvxdp.query_variance(Wm, s) <= 20.0]).solve(method="cvxdp")
+        meas = cvxdp.mechanisms.residual_gaussian(Wm, s.value, data, rng=0)
+        mus = {c: cp.Variable(dom.shape(c)) for c in Wm.cliques}
+        prob = cp.Problem(cp.Minimize(cvxdp.nll(meas, mus)), [cvxdp.LocalPolytope(mus, dom)])
+        prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+        return prob.solver_stats.extra_stats["info"]
     if name == "newton-cg-residual":
         Wm = cvxdp.workloads.marginal_workload([2, 3, 4], [(0, 1), (1, 2), (1,)])
         s = cp.Variable(Wm.n_residuals, pos=True)
