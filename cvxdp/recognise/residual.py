@@ -145,18 +145,24 @@ def _privacy_first(problem: cp.Problem) -> ResidualExtraction:
 
 def _objective(expr) -> tuple[ResidualPrivacyCost, float, float]:
     """``(atom, a, constant)`` for ``a * privacy_cost(W, s) + constant``."""
+    return _scaled_atom(expr, ResidualPrivacyCost, _NAME, _EXPECTED)
+
+
+def _scaled_atom(expr, cls: type, name: str, expected: str):
+    """``(atom, a, constant)`` for ``a * atom + constant`` with ``atom`` of type ``cls`` and
+    ``a > 0``; ``NotRecognised`` (claimed when such an atom occurs at all) otherwise."""
     expr, constant = _split_constant(expr)
     scale = 1.0
-    while not isinstance(expr, ResidualPrivacyCost):
+    while not isinstance(expr, cls):
         found = scalar_scaling(expr)
         if found is None:
-            claimed = any(isinstance(e, ResidualPrivacyCost) for e in _walk(expr))
-            raise NotRecognised(_NAME, _EXPECTED, f"the objective {type(expr).__name__}",
+            claimed = any(isinstance(e, cls) for e in _walk(expr))
+            raise NotRecognised(name, expected, f"the objective {type(expr).__name__}",
                                 claimed=claimed)
         a, expr = found
         scale *= a
     if not scale > 0:
-        raise NotRecognised(_NAME, _EXPECTED, f"privacy_cost scaled by {scale:g} (must be > 0)")
+        raise NotRecognised(name, expected, f"{cls.__name__} scaled by {scale:g} (must be > 0)")
     return expr, scale, constant
 
 
@@ -227,18 +233,8 @@ def recognise_reconstruction(problem: cp.Problem) -> ReconstructionExtraction:
     name, expected = _RECONSTRUCT_NAME, _RECONSTRUCT_EXPECTED
     if not isinstance(problem.objective, cp.Minimize):
         raise NotRecognised(name, expected, "a Maximize objective", claimed=False)
-    expr, constant = _split_constant(problem.objective.expr)
-    scale = 1.0
-    while not isinstance(expr, ResidualLikelihood):
-        found = scalar_scaling(expr)
-        if found is None:
-            claimed = any(isinstance(e, ResidualLikelihood) for e in _walk(expr))
-            raise NotRecognised(name, expected, f"the objective {type(expr).__name__}",
-                                claimed=claimed)
-        a, expr = found
-        scale *= a
-    if not scale > 0:
-        raise NotRecognised(name, expected, f"the loss scaled by {scale:g} (must be > 0)")
+    expr, scale, constant = _scaled_atom(problem.objective.expr, ResidualLikelihood, name,
+                                         expected)
     polytopes = [c for c in problem.constraints if isinstance(c, LocalPolytope)]
     if len(problem.constraints) != 1 or len(polytopes) != 1:
         raise NotRecognised(name, expected, f"{len(problem.constraints)} constraints (need one "

@@ -142,6 +142,21 @@ def test_marginal_workload_names_and_errors():
 
 
 # ------------------------------------------------------------------------- the design
+def _dense_optimum(sizes, W, c) -> float:
+    """``privacy_cost(I, X)`` s.t. ``query_variance(L, X) <= c`` per cell, ``L`` the stacked
+    marginals over the full domain, solved by the dense NEWTON_CG."""
+    L = cvxdp.workloads.marginals(sizes, [list(m) for m in W.basis.cliques]).toarray()
+    per_query = np.concatenate([np.full(int(np.prod([sizes[i] for i in m])), t)
+                                for m, t in zip(W.basis.cliques, c)])
+    d = L.shape[1]
+    X = cp.Variable((d, d), PSD=True)
+    dense = cp.Problem(cp.Minimize(cvxdp.privacy_cost(np.eye(d), X)),
+                       [cvxdp.query_variance(L, X) <= per_query])
+    dense.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
+    assert dense.status == cp.OPTIMAL
+    return dense.value
+
+
 def _model(W, c):
     s = cp.Variable(W.n_residuals, pos=True)
     return s, cp.Problem(cp.Minimize(cvxdp.privacy_cost(W, s)), [cvxdp.query_variance(W, s) <= c])
@@ -203,16 +218,7 @@ def test_design_equals_the_dense_fitness_for_use_optimum(seed):
     c = rng.uniform(0.5, 3.0, len(cl))
     _, prob = _model(W, c)
     prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
-    L = cvxdp.workloads.marginals(list(sizes), [list(m) for m in W.basis.cliques]).toarray()
-    per_query = np.concatenate([np.full(int(np.prod([sizes[i] for i in m])), t)
-                                for m, t in zip(W.basis.cliques, c)])
-    d = L.shape[1]
-    X = cp.Variable((d, d), PSD=True)
-    dense = cp.Problem(cp.Minimize(cvxdp.privacy_cost(np.eye(d), X)),
-                       [cvxdp.query_variance(L, X) <= per_query])
-    dense.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
-    assert dense.status == cp.OPTIMAL
-    assert prob.value == pytest.approx(dense.value, rel=1e-6)
+    assert prob.value == pytest.approx(_dense_optimum(list(sizes), W, c), rel=1e-6)
 
 
 def test_degenerate_workloads():
@@ -340,13 +346,4 @@ def test_degenerate_designs_equal_the_dense_optimum(sizes, cliques, scale):
     _, prob = _model(W, c)
     prob.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
     assert prob.status == cp.OPTIMAL
-    L = cvxdp.workloads.marginals(sizes, [list(m) for m in W.basis.cliques]).toarray()
-    per_query = np.concatenate([np.full(int(np.prod([sizes[i] for i in m])), t)
-                                for m, t in zip(W.basis.cliques, c)])
-    d = L.shape[1]
-    X = cp.Variable((d, d), PSD=True)
-    dense = cp.Problem(cp.Minimize(cvxdp.privacy_cost(np.eye(d), X)),
-                       [cvxdp.query_variance(L, X) <= per_query])
-    dense.solve(method="cvxdp", solver=cvxdp.NEWTON_CG, eps_rel=1e-10)
-    assert dense.status == cp.OPTIMAL
-    assert prob.value == pytest.approx(dense.value, rel=1e-6)
+    assert prob.value == pytest.approx(_dense_optimum(sizes, W, c), rel=1e-6)
