@@ -163,3 +163,21 @@ def test_mismatched_models_are_refused():
         prob.solve(method="cvxdp", solver=cvxdp.ADMM)
     with pytest.raises(ValueError, match="no marginal holds"):
         cvxdp.nll(m, {("x0", "x1"): cp.Variable((3, 3))})
+
+
+@pytest.mark.parametrize("target, n", [(1e-4, 40), (1e4, 40), (20.0, 100000)])
+@pytest.mark.parametrize("known", [False, True])
+def test_extreme_scales(target, n, known):
+    """Targets from 1e-4 to 1e4 per cell and 100,000 records: the same optimum as Clarabel,
+    duals that pass the Lagrangian check."""
+    dom, recs, W, m = _measure(7, [3, 4, 2, 3], list(itertools.combinations(range(4), 2)), target,
+                               n=n)
+    total = float(n) if known else None
+    mus, prob = _model(dom, W, m, total)
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_rel=1e-7)
+    assert prob.status == cp.OPTIMAL
+    ours = prob.value
+    duals = [np.asarray(d).copy() for d in prob.constraints[0].dual_value]
+    assert (ours - _lagrangian_bound(dom, m, mus, duals, total)) / max(1.0, ours) <= 1e-6
+    ref = _reference(cp.Problem(prob.objective, prob.constraints))
+    assert ours == pytest.approx(ref, rel=1e-6, abs=1e-6)
