@@ -54,7 +54,7 @@ class Reconstruction(Mapping):
         if key not in self._done:
             W, m = self.workload, self.measurement
             idx = [W.domain.index(a) for a in key]
-            parts = [(list(W.basis.residual(j)), m.answers[j]) for j in self._subsets(key)]
+            parts = [(list(W.basis.residual(j)), m.components[j]) for j in self._subsets(key)]
             self._done[key] = reconstruct_marginal(idx, [W.domain[a] for a in key], parts)
         order = [key.index(a) for a in ((attrs,) if isinstance(attrs, str) else tuple(attrs))]
         return np.transpose(self._done[key], order)

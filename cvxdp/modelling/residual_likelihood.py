@@ -30,7 +30,6 @@ import scipy.sparse as sp
 import cvxpy as cp
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 
-from ..solvers.residual.measure import sub_pinv
 from .convex_atom import ConvexAtom
 from .residual_measurement import ResidualMeasurement
 
@@ -51,9 +50,7 @@ class ResidualLikelihood(ConvexAtom):
         dom = W.domain
         self.order = [tuple(dom.index(a) for a in c) for c in self.cliques]
         self.home = _homes(W, self.order)
-        self.z = [sub_pinv(np.asarray(y, dtype=float), [dom.sizes[a] for a in W.basis.residual(j)])
-                  if W.basis.residual_size[j] else np.asarray(y, dtype=float)
-                  for j, y in enumerate(measurement.answers)]
+        self.z = measurement.components
         self.w = np.where(W.basis.p > 0, 1.0 / measurement.variances, 0.0)
         super().__init__(*marginals)
         for c, a in zip(self.cliques, self.args):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..solvers.residual.measure import marginal_counts, residual_answers
+from ..solvers.residual.measure import marginal_counts, residual_answers, sub_pinv
 from .marginal_workload import MarginalWorkload
 from .privacy import zcdp_to_dp
 from .randomness import as_rng
@@ -54,6 +54,20 @@ class ResidualMeasurement:
         self.variances = np.array(variances, dtype=float)
         self.answers = answers
         self.sampler = sampler
+        self._components: list[np.ndarray] | None = None
+
+    @property
+    def components(self) -> list[np.ndarray]:
+        """The answers in each residual's own coordinates, ``z_A = (x) Sub^+ y_A`` (shaped by
+        ``A``'s sizes, centred along every axis; the total as it is), computed once: the
+        unbiased reconstruction and the likelihood both read them."""
+        if self._components is None:
+            W, sizes = self.workload, self.workload.domain.sizes
+            self._components = [
+                sub_pinv(np.asarray(y, dtype=float), [sizes[a] for a in W.basis.residual(j)])
+                if W.basis.residual_size[j] else np.asarray(y, dtype=float)
+                for j, y in enumerate(self.answers)]
+        return self._components
 
     @property
     def privacy_cost(self) -> float:

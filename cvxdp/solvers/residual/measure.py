@@ -63,13 +63,14 @@ def residual_answers(tables: Sequence[np.ndarray], variances: np.ndarray,
 def reconstruct_marginal(target: Sequence[int], sizes: Sequence[int],
                          parts: Sequence[tuple[Sequence[int], np.ndarray]]) -> np.ndarray:
     """The unbiased marginal on ``target`` (attribute indices, ascending; ``sizes`` theirs)
-    from ``parts``: ``(A, y_A)`` for every residual ``A`` inside it (module docstring)."""
+    from ``parts``: ``(A, z_A)`` for every residual ``A`` inside it, ``z_A = (x) Sub^+ y_A``
+    its answers in its own coordinates (module docstring)."""
     shape = tuple(int(n) for n in sizes)
     out = np.zeros(shape)
     pos = {a: j for j, a in enumerate(target)}
     for A, y in parts:
         axes = [pos[a] for a in A]
-        u = sub_pinv(y, [shape[j] for j in axes]) if len(A) else np.asarray(y, dtype=float)
+        u = np.asarray(y, dtype=float)
         view = [1] * len(shape)
         for j, n in zip(axes, u.shape):
             view[j] = n
