@@ -248,10 +248,24 @@ def nc_instance(rng, kind):
     else:                                   # "dense": random real workloads
         W = rng.normal(size=(int(rng.integers(1, d + 3)), d))
     c = float(10.0 ** rng.uniform(-4, 6)) * rng.uniform(1, 4, W.shape[0])
+    plain = kind == "d1" and rng.random() < 0.5      # the spelling with cp.matrix_frac rows
     if rng.random() < 0.25:
         rho = float(rng.uniform(0.5, 4))
-        return _with_repair(cvxdp.fitness_problem(W, c, privacy_bound=rho), rho)
-    return _with_repair(cvxdp.fitness_problem(W, c))
+        model = cvxdp.fitness_problem(W, c, privacy_bound=rho)
+        return _with_repair(_plain(model, rho) if plain else model, rho)
+    model = cvxdp.fitness_problem(W, c)
+    return _with_repair(_plain(model) if plain else model)
+
+
+def _plain(model, rho=None):
+    """The same model in the plain spelling: ``cp.matrix_frac(l_i, X) <= c_i`` per row and
+    ``cp.max(cp.diag(B.T @ X @ B))`` (Problem 2: ``<= s c_i`` and ``<= rho``)."""
+    X, L, B, c, s = model.X, model.L, model.B, model.c, model.s
+    cost = cp.max(cp.diag(B.T @ X @ B))
+    rows = [cp.matrix_frac(L[i], X) <= (c[i] if s is None else s * c[i]) for i in range(len(c))]
+    prob = (cp.Problem(cp.Minimize(cost), rows) if s is None
+            else cp.Problem(cp.Minimize(s), rows + [cost <= rho]))
+    return cvxdp.fitness.FitnessModel(prob, X, L, B, c, s)
 
 
 def _with_repair(model, rho=None) -> cp.Problem:

@@ -31,6 +31,7 @@ from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 from ..names import ADMM
 from ..recognise.consistency import Extraction, recognise
 from .base import Outcome
+from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
 from .options import STOPPING, Option, OptionSet, Settings
 
 __all__ = ["ConsistencyADMM", "OPTIONS", "unstack"]
@@ -70,7 +71,14 @@ class ConsistencyADMM:
     options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> Extraction:
-        return recognise(problem)
+        """The problem as arrays; data too large for float64 refused here
+        (:mod:`cvxdp.methods.input_check`)."""
+        ext = recognise(problem)
+        check_magnitudes(problem, ADMM)
+        d = ext.data
+        factor = np.maximum(loss_factor("l1", d.w1), loss_factor("l2", d.w2))
+        check_loss_scale(problem, ext.variables, weighted_rows(factor, d.M, d.y), ADMM)
+        return ext
 
     def cost(self, ext: Extraction) -> tuple[str, int]:
         return _cost_family(ext.data), int(ext.data.n)

@@ -19,6 +19,7 @@ from ..solvers.result import SOLUTION_PRESENT
 from ..names import NEWTON_CG
 from ..recognise.fitness import FitnessExtraction, recognise
 from .base import Outcome
+from .input_check import check_fitness_scale
 from .options import STOPPING, Option, OptionSet, Settings
 
 __all__ = ["FitnessNewtonCG", "OPTIONS"]
@@ -50,7 +51,11 @@ class FitnessNewtonCG:
     options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> FitnessExtraction:
-        return recognise(problem)
+        """The problem as arrays; data whose optimum or multipliers overflow float64 refused
+        here (:func:`cvxdp.methods.input_check.check_fitness_scale`)."""
+        ext = recognise(problem)
+        check_fitness_scale(problem, ext)
+        return ext
 
     def cost(self, ext: FitnessExtraction) -> tuple[str, int]:
         return "newton_cg", int(ext.B.shape[0])

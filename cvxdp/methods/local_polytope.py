@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import cvxpy as cp
 
 from ..modelling.local_polytope import LocalPolytope
@@ -30,6 +31,7 @@ from ..solvers.local import admm as local_admm
 from ..solvers.local.problem import LocalProblem, LocalSettings
 from ..solvers.result import SOLUTION_PRESENT
 from .base import Outcome
+from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
 from .consistency import OPTIONS
 from .options import STOPPING, Settings
 
@@ -44,7 +46,13 @@ class LocalPolytopeADMM:
     options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> MarginalExtraction:
-        return recognise_local(problem)
+        """The problem as arrays; data too large for float64 refused here
+        (:mod:`cvxdp.methods.input_check`)."""
+        ext = recognise_local(problem)
+        check_magnitudes(problem, ADMM)
+        rows = [weighted_rows(loss_factor(t.kind, t.w), t.A, t.b) for t in ext.loss.terms]
+        check_loss_scale(problem, ext.variables, np.concatenate(rows), ADMM)
+        return ext
 
     def cost(self, ext: MarginalExtraction) -> tuple[str, int]:
         loss = "l2" if ext.loss.smooth else "l1"

@@ -25,6 +25,7 @@ from ..recognise.residual import ResidualExtraction, recognise
 from ..solvers.residual import design
 from ..solvers.result import SOLUTION_PRESENT
 from .base import Outcome
+from .input_check import check_design_scale
 from .fitness import OPTIONS
 from .options import STOPPING, Settings
 
@@ -39,7 +40,11 @@ class ResidualDesign:
     options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> ResidualExtraction:
-        return recognise(problem)
+        """The problem as arrays; targets whose variances would leave float64's range refused
+        here (:func:`cvxdp.methods.input_check.check_design_scale`)."""
+        ext = recognise(problem)
+        check_design_scale(problem, ext)
+        return ext
 
     def cost(self, ext: ResidualExtraction) -> tuple[str, int]:
         return "residual_design", int(ext.workload.n_residuals)

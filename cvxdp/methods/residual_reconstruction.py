@@ -23,6 +23,7 @@ from ..recognise.residual import ReconstructionExtraction, recognise_reconstruct
 from ..solvers.residual.nonneg import CliqueResiduals, NonnegSettings, solve
 from ..solvers.result import SOLUTION_PRESENT
 from .base import Outcome
+from .input_check import check_magnitudes, check_residual_scale
 from .consistency import OPTIONS
 from .options import STOPPING, Settings
 
@@ -37,7 +38,12 @@ class ResidualReconstruction:
     options = OPTIONS
 
     def recognise(self, problem: cp.Problem) -> ReconstructionExtraction:
-        return recognise_reconstruction(problem)
+        """The problem as arrays; data too large for float64 refused here
+        (:mod:`cvxdp.methods.input_check`)."""
+        ext = recognise_reconstruction(problem)
+        check_magnitudes(problem, ADMM)
+        check_residual_scale(ext.atom, ADMM)
+        return ext
 
     def cost(self, ext: ReconstructionExtraction) -> tuple[str, int]:
         return "residual_reconstruction", int(ext.constraint.graph.n)

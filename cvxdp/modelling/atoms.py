@@ -28,6 +28,7 @@ from cvxpy.constraints.constraint import Constraint
 from cvxpy.reductions.dcp2cone.canonicalizers import CANON_METHODS
 from cvxpy.reductions.dcp2cone.canonicalizers.matrix_frac_canon import matrix_frac_canon
 
+from .arrays import as_float_array, check_finite
 from .convex_atom import ConvexAtom
 from .marginal_workload import MarginalWorkload
 from .residual_atoms import ResidualPrivacyCost, residual_privacy_cost, residual_variance
@@ -37,13 +38,14 @@ __all__ = ["QueryVariance", "PrivacyCost", "ResidualPrivacyCost", "query_varianc
 
 
 def _dense(M, name: str) -> np.ndarray:
-    A = M.toarray() if sp.issparse(M) else np.asarray(M, dtype=float)
+    """``M`` as a finite 2-D float array; a NaN or inf is refused here, naming the entry,
+    before anything factorises it (an SVD of a NaN "did not converge")."""
+    A = M.toarray().astype(float) if sp.issparse(M) else as_float_array(M, name)
     if A.ndim == 1:
         A = A[None, :]
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {A.shape}")
-    if not np.all(np.isfinite(A)):
-        raise ValueError(f"{name} contains NaN or inf")
+    check_finite(A, name)
     return A
 
 

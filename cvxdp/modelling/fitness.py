@@ -26,6 +26,7 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 from . import privacy
+from .arrays import as_float_array, check_finite
 from .atoms import privacy_cost, query_variance
 
 __all__ = ["choose_basis", "fitness_problem", "FitnessModel", "Mechanism", "mechanism", "baseline_variances"]
@@ -67,15 +68,17 @@ def fitness_problem(W, c, *, basis=None, privacy_bound: float | None = None) -> 
     ``W``'s row space (default: chosen from the rows of ``W``); ``c`` the variance targets (scalar
     or one per query, positive).
     """
-    Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=float)
-    if Wd.ndim != 2 or not np.all(np.isfinite(Wd)):
+    Wd = W.toarray().astype(float) if sp.issparse(W) else as_float_array(W, "W")
+    if Wd.ndim != 2:
         raise ValueError(f"W must be a finite 2-D matrix, got shape {np.shape(Wd)}")
+    check_finite(Wd, "W (the workload)")
     m = Wd.shape[0]
     if m == 0 or Wd.shape[1] == 0:
         raise ValueError(f"W (the workload) has no queries or no cells, shape {Wd.shape}")
     if not np.any(Wd):
         raise ValueError("W (the workload): every query is zero, so no noise level is optimal")
-    c = np.broadcast_to(np.asarray(c, dtype=float), (m,)).copy() if np.ndim(c) == 0 else np.asarray(c, dtype=float)
+    c = as_float_array(c, "c (the variance targets)")
+    c = np.broadcast_to(c, (m,)).copy() if c.ndim == 0 else c
     if c.shape != (m,):
         raise ValueError(f"c must be a scalar or have one target per query ({m},), got {c.shape}")
     if not np.all(np.isfinite(c)) or np.any(c <= 0):
@@ -83,9 +86,10 @@ def fitness_problem(W, c, *, basis=None, privacy_bound: float | None = None) -> 
     if basis is None:
         L, B = choose_basis(Wd)
     else:
-        B = basis.toarray() if sp.issparse(basis) else np.asarray(basis, dtype=float)
+        B = basis.toarray() if sp.issparse(basis) else as_float_array(basis, "basis")
         if B.ndim != 2 or B.shape[1] != Wd.shape[1]:
             raise ValueError(f"basis must have {Wd.shape[1]} columns like W, got shape {B.shape}")
+        check_finite(B, "basis (B)")         # before the rank's SVD, which fails on a NaN
         if np.linalg.matrix_rank(B) < B.shape[0]:
             raise ValueError("basis: the rows of B must be linearly independent")
         L = la.lstsq(B.T, Wd.T)[0].T

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .arrays import as_float_array, check_finite
+
 __all__ = ["Measurement", "NOISE_FAMILIES"]
 
 NOISE_FAMILIES = ("laplace", "gaussian")
@@ -24,7 +26,9 @@ class Measurement:
     scale : positive scalar, or one positive value per query.
 
     The arrays are copied on construction (the caller's arrays are never
-    aliased or mutated); ``queries`` is stored as CSR.
+    aliased or mutated); ``queries`` is stored as CSR.  Entries that are not real numbers
+    (``scale="two"``, a string among the answers), NaN, inf or complex numbers raise
+    ``ValueError`` naming the argument and the first bad entry.
     """
 
     queries: sp.csr_matrix
@@ -34,14 +38,13 @@ class Measurement:
 
     def __post_init__(self) -> None:
         for name in ("queries", "answers", "scale"):
-            val = getattr(self, name)
-            if (val.data if sp.issparse(val) else np.asarray(val)).dtype.kind == "c":
+            if _is_complex(getattr(self, name)):
                 raise ValueError(f"Measurement: {name} are complex; DP releases are real numbers")
         Q = self.queries
         if sp.issparse(Q):
             Q = sp.csr_matrix(Q, dtype=float, copy=True)
         else:
-            Q = np.array(Q, dtype=float, copy=True)
+            Q = as_float_array(Q, "Measurement: queries")
             if Q.ndim == 1:
                 Q = Q[None, :]
             if Q.ndim != 2:
@@ -50,33 +53,30 @@ class Measurement:
         if Q.shape[0] == 0 or Q.shape[1] == 0:
             raise ValueError(f"Measurement: queries must have at least one row and one column "
                              f"(one per cell), got shape {Q.shape}")
-        if not np.all(np.isfinite(Q.data)):
-            coo = Q.tocoo()
-            bad = int(np.flatnonzero(~np.isfinite(coo.data))[0])
-            raise ValueError(f"Measurement: queries contain NaN or inf (first at row "
-                             f"{int(coo.row[bad])}, column {int(coo.col[bad])})")
+        check_finite(Q, "Measurement: queries")
         m = Q.shape[0]
-        y = np.array(self.answers, dtype=float, copy=True)
+        y = as_float_array(self.answers, "Measurement: answers")
         if y.ndim == 0:
             y = y.reshape(1)
         if y.ndim != 1 or y.size != m:
             raise ValueError(f"Measurement: answers must have shape ({m},) to match queries "
                              f"of shape {Q.shape}, got {np.shape(self.answers)}")
-        if not np.all(np.isfinite(y)):
-            bad = int(np.flatnonzero(~np.isfinite(y))[0])
-            raise ValueError(f"Measurement: answers contain NaN or inf (first at index {bad})")
+        check_finite(y, "Measurement: answers")
         noise = str(self.noise).lower()
         if noise not in NOISE_FAMILIES:
             raise ValueError(f"Measurement: noise must be one of {NOISE_FAMILIES}, got {self.noise!r}")
-        s = np.array(self.scale, dtype=float, copy=True)
+        s = as_float_array(self.scale, "Measurement: scale")
         if s.ndim == 0:
             scale: float | np.ndarray = float(s)
         elif s.shape == (m,):
             scale = s
         else:
             raise ValueError(f"Measurement: scale must be a scalar or have shape ({m},), got {s.shape}")
-        if not np.all(np.isfinite(s)) or np.any(s <= 0):
-            raise ValueError(f"Measurement: scale must be positive and finite, got {self.scale!r}")
+        bad = np.flatnonzero(~(np.isfinite(s) & (s > 0)).ravel())
+        if bad.size:
+            got = (f"got {float(s)!r}" if s.ndim == 0
+                   else f"entry {int(bad[0])} is {float(s[bad[0]])!r}")
+            raise ValueError(f"Measurement: scale must be positive and finite, {got}")
         y.setflags(write=False)
         if isinstance(scale, np.ndarray):
             scale.setflags(write=False)
@@ -105,3 +105,12 @@ class Measurement:
         m, n = self.queries.shape
         sc = self.scale if np.ndim(self.scale) == 0 else f"array({m})"
         return f"Measurement({m} queries on {n} cells, noise={self.noise!r}, scale={sc})"
+
+
+def _is_complex(value) -> bool:
+    """Whether ``value`` holds complex numbers (ragged or non-numeric input is left to the
+    conversion, whose error names the entry)."""
+    try:
+        return (value.data if sp.issparse(value) else np.asarray(value)).dtype.kind == "c"
+    except ValueError:
+        return False

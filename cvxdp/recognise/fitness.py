@@ -17,6 +17,10 @@ only zero queries (``L``), non-positive or non-finite targets (``c``), a basis `
 dependent rows, and in Problem 2 a privacy bound ``rho`` that is not positive and finite
 (``rho <= 0`` admits no positive definite ``X``; ``rho = inf`` lets ``s`` tend to 0 unattained).
 Rank-deficient, repeated and partly zero workloads are fine: the solver reduces them exactly.
+Targets that are not one per query (a vector ``c`` against one ``matrix_frac``, a column ``c``
+that cvxpy broadcasts against ``query_variance``) are a ``ValueError`` naming the constraint
+and both lengths.  One cell (``d = 1``) is read in every spelling: cvxpy writes ``cp.diag`` of
+a ``1 x 1`` matrix as ``diag_vec(reshape(.))``, which is read as the diagonal too.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 import cvxpy as cp
 from cvxpy.atoms.affine.binary_operators import MulExpression, multiply
-from cvxpy.atoms.affine.diag import diag_mat
+from cvxpy.atoms.affine.diag import diag_mat, diag_vec
+from cvxpy.atoms.affine.reshape import reshape
 from cvxpy.atoms.matrix_frac import MatrixFrac
 from cvxpy.atoms.max import max as cp_max
 from cvxpy.constraints import PSD, Inequality
@@ -65,8 +70,8 @@ def _privacy_B(expr, X) -> np.ndarray | None:
     """``B`` from privacy_cost(B, X) or cp.max(cp.diag(B.T @ X @ B))."""
     if isinstance(expr, PrivacyCost) and expr.args[0] is X:
         return expr.B
-    if isinstance(expr, cp_max) and expr.axis is None and isinstance(expr.args[0], diag_mat):
-        inner = expr.args[0].args[0]
+    if isinstance(expr, cp_max) and expr.axis is None:
+        inner = _diagonal_of(expr.args[0])
         if type(inner) is MulExpression:
             left, right = inner.args
             if right.is_constant() and type(left) is MulExpression:
@@ -76,6 +81,20 @@ def _privacy_B(expr, X) -> np.ndarray | None:
                     BT = np.asarray(constant_value(lc), dtype=float)
                     if B.ndim == 2 and BT.shape == B.T.shape and np.allclose(BT, B.T):
                         return B
+    return None
+
+
+def _diagonal_of(expr):
+    """``M`` for ``cp.diag(M)`` of a matrix ``M``, else ``None``.  cvxpy reads a 1 x 1 ``M``
+    (``d = 1`` with one basis column) as a vector and builds ``diag_vec(reshape(M, (1,)))``,
+    a 1 x 1 matrix holding the same entry, so at ``d = 1`` that spelling is the diagonal too."""
+    if getattr(expr, "k", 0) != 0:
+        return None
+    if isinstance(expr, diag_mat):
+        return expr.args[0]
+    if isinstance(expr, diag_vec) and isinstance(expr.args[0], reshape) \
+            and expr.args[0].args[0].shape == (1, 1):
+        return expr.args[0].args[0]
     return None
 
 
@@ -117,7 +136,7 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
         ext = FitnessExtraction(X=X, B=np.zeros((X.shape[0], 0)), L=np.zeros((0, X.shape[0])),
                                 c=np.zeros(0), problem=2, s=s)
     rows_L, rows_c = [], []
-    for con in problem.constraints:
+    for index, con in enumerate(problem.constraints):
         if isinstance(con, PSD):
             if _is_X(con.args[0], X):
                 psd = True
@@ -130,12 +149,14 @@ def recognise(problem: cp.Problem) -> FitnessExtraction:
         start = sum(r.shape[0] for r in rows_L)
         if isinstance(lhs, QueryVariance) and lhs.args[0] is X:
             L = lhs.L
+            _check_target_count(con, index, L.shape[0])
             cvec = _targets(rhs, L.shape[0], s, con)
             rows_L.append(L)
             rows_c.append(cvec)
             ext.variance_constraints.append((con, np.arange(start, start + L.shape[0])))
         elif isinstance(lhs, MatrixFrac) and lhs.args[1] is X and lhs.args[0].is_constant():
             l = np.asarray(constant_value(lhs.args[0]), dtype=float).ravel()
+            _check_target_count(con, index, 1)
             rows_L.append(l[None, :])
             rows_c.append(_targets(rhs, 1, s, con))
             ext.variance_constraints.append((con, np.arange(start, start + 1)))
@@ -177,6 +198,23 @@ def _is_X(expr, X) -> bool:
 
     M, c = Linearizer([X])(expr)
     return (M != sp.identity(X.size)).nnz == 0 and not np.any(c)
+
+
+def _check_target_count(con, index: int, m: int) -> None:
+    """``ValueError`` unless the targets give one value per query or one for all: cvxpy
+    broadcasts ``query_variance(L, X) <= c`` with ``c`` of shape ``(m, 1)`` to ``m x m``
+    constraints, and ``cp.matrix_frac(l, X) <= c`` with a vector ``c`` to one constraint per
+    entry of ``c``; neither is a target per query, and the targets would be misread."""
+    lhs, rhs = con.args
+    if con.size == m and rhs.size in (1, m):
+        return
+    what = (f"query_variance(L, X) has {m} entr{'y' if m == 1 else 'ies'} (one per row of L)"
+            if isinstance(lhs, QueryVariance) else "cp.matrix_frac(l, X) is 1 query's variance")
+    spread = f" (cvxpy broadcasts them to {con.size} constraints)" if rhs.size == m else ""
+    raise ValueError(f"c (the variance targets) of constraint {index}: {what}, but c has "
+                     f"{rhs.size} entr{'y' if rhs.size == 1 else 'ies'} of shape {rhs.shape}"
+                     f"{spread}; give {'a scalar' if m == 1 else f'one per query, shape ({m},),'}"
+                     f"{'' if m == 1 else ' or a scalar'}")
 
 
 def _targets(rhs, m: int, s, con) -> np.ndarray:
