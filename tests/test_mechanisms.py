@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -160,3 +161,32 @@ def test_gaussian_validation():
         gaussian(Q, np.ones((2, 2)), sigma=1.0)
     with pytest.raises(ValueError, match="data must be finite"):
         gaussian(Q, np.array([1.0, np.inf, 0.0]), sigma=1.0)
+
+
+# ---------------------------------------------------------------------- samplers
+def test_sampler_is_validated_before_anything_is_drawn():
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        laplace(np.eye(3), np.ones(3), 1.0, sampler="exact")
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        gaussian(np.eye(3), np.ones(3), sigma=1.0, sampler="OpenDP")
+    # the numpy sampler stays the default, seeded
+    a = laplace(np.eye(3), np.ones(3), 1.0, rng=3, sampler="numpy")
+    np.testing.assert_array_equal(a.answers, laplace(np.eye(3), np.ones(3), 1.0, rng=3).answers)
+
+
+def test_exact_sampler_without_opendp_says_how_to_install(monkeypatch):
+    """``sys.modules[name] = None`` makes the import fail as if opendp were not installed."""
+    monkeypatch.setitem(sys.modules, "opendp", None)
+    monkeypatch.setitem(sys.modules, "opendp.prelude", None)
+    with pytest.raises(ImportError, match=r"laplace\(sampler='opendp'\) needs opendp: pip install 'cvxdp\[mbi\]'"):
+        laplace(np.eye(3), np.ones(3), 1.0, sampler="opendp")
+    with pytest.raises(ImportError, match=r"gaussian\(sampler='opendp'\) needs opendp"):
+        gaussian(np.eye(3), np.ones(3), rho=1.0, sampler="opendp")
+
+
+def test_integer_answers_are_those_exact_as_doubles():
+    from cvxdp.modelling.opendp_samplers import is_integral
+
+    assert is_integral(np.array([0.0, -3.0, 2.0 ** 52]))
+    assert not is_integral(np.array([1.0, 2.5]))
+    assert not is_integral(np.array([2.0 ** 53]))            # beyond: the float mechanism

@@ -25,7 +25,7 @@ import numpy as np
 import cvxpy as cp
 
 from ..solvers.consistency import admm as admm_solver
-from ..solvers.consistency import histogram_tree, isotonic_l1
+from ..solvers.consistency import fixings, histogram_tree, isotonic_l1
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..names import ADMM
@@ -137,7 +137,7 @@ def _cost_family(data) -> str:
         return f"histogram_tree/{loss}"
     if data.forest_hint is not None or (not data.has_chains and data.tree_queries() is not None):
         return f"admm_tree/{loss}"
-    if data.forest_rows() is not None:
+    if data.forest_rows() is not None or fixings.find(data) is not None:
         return f"admm_tree/{loss}"
     return f"admm_general/{loss}"
 

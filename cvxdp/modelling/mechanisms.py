@@ -18,6 +18,21 @@ column of ``Q``, so the sensitivities are column norms::
 
 Both return a :class:`cvxdp.Measurement`, the input of ``cvxdp.nll``.
 
+**Simulation or release.**  ``sampler="numpy"`` (the default) draws the noise with numpy's
+floating-point generators, seeded by ``rng``: for simulations, benchmarks and tests only.
+Floating-point Laplace and Gaussian samples leak the value they were added to through their
+low bits (Mironov, CCS 2012), so they must not be published.  ``sampler="opendp"`` draws the
+same noise with OpenDP's exact samplers (``pip install 'cvxdp[mbi]'``; integer answers get the
+discrete Laplace / Gaussian, others OpenDP's floating-point mechanisms) and returns the same
+:class:`cvxdp.Measurement` with the scale OpenDP's privacy map certifies
+(:mod:`cvxdp.modelling.opendp_samplers`): use it for a real release.
+
+A release OpenDP made itself (``make_count_by_categories``, ``then_b_ary_tree``,
+``then_laplace``) is a :class:`cvxdp.Measurement` of its queries: the histogram's identity
+(with the trailing unknown-category count as one more cell), or
+``cvxdp.workloads.hierarchy(leaf_count, branching_factor, layout="opendp").queries``, with the
+scale passed to OpenDP.
+
 * Marginal workloads in the residual basis: :func:`residual_gaussian` releases the residual
   answers of a :class:`~cvxdp.modelling.marginal_workload.MarginalWorkload` with a design ``s``
   (:mod:`cvxdp.modelling.residual_measurement`: samplers, accounting, :func:`scale_to_rho`).
@@ -28,7 +43,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from . import opendp_samplers
 from .measurement import Measurement
+from .opendp_samplers import check_sampler
 from .privacy import _positive, _probability, gaussian_sigma
 from .randomness import as_rng as _as_rng
 from .residual_measurement import ResidualMeasurement, residual_gaussian, scale_to_rho
@@ -106,11 +123,13 @@ def _sensitivity(given: object, queries: sp.csr_matrix, p: int) -> float:
 # ------------------------------------------------------------------ mechanisms
 def laplace(queries: np.ndarray | sp.spmatrix, data: np.ndarray, epsilon: float,
             rng: int | np.random.Generator | None = None,
-            sensitivity: float | None = None) -> Measurement:
+            sensitivity: float | None = None, *, sampler: str = "numpy") -> Measurement:
     """Laplace mechanism: ``y = Q x + e`` with ``e_i ~ Lap(b)`` i.i.d., ``b = Delta_1 / epsilon``.
 
     Density ``exp(-|e| / b) / (2 b)``, variance ``2 b^2``; ``epsilon``-DP for
     add/remove neighbours when ``Delta_1 >= l1_sensitivity(Q)`` (Dwork et al. 2006).
+    The default sampler is for simulation only (module docstring); ``sampler="opendp"``
+    releases.
 
     Parameters
     ----------
@@ -119,19 +138,26 @@ def laplace(queries: np.ndarray | sp.spmatrix, data: np.ndarray, epsilon: float,
         flattened in C order, the layout of :func:`cvxdp.workloads.marginal`).
     epsilon : privacy parameter, > 0.
     rng : ``None``, an int seed or a ``numpy.random.Generator``; the same seed
-        gives the same answers.
+        gives the same answers (``sampler="numpy"`` only).
     sensitivity : L1 sensitivity to calibrate to (default ``l1_sensitivity(Q)``).
+    sampler : ``"numpy"`` (floating point, seeded: simulation only) or ``"opendp"``
+        (OpenDP's exact sampler, for a release; the discrete Laplace when ``Q x`` is integral).
 
     Returns
     -------
-    Measurement with ``noise="laplace"`` and ``scale=b``.
+    Measurement with ``noise="laplace"`` and ``scale=b`` (with ``"opendp"``: the ``b`` its
+    privacy map certifies for ``epsilon``, ``Delta_1 / epsilon`` up to rounding).
     """
+    check_sampler("laplace", sampler, rng)
     Q = _as_query_matrix(queries)
     x = _as_data(data, Q.shape[1], Q.shape)
     eps = _positive(epsilon, "epsilon")
-    gen = _as_rng(rng)
-    b = _sensitivity(sensitivity, Q, 1) / eps
-    answers = Q @ x + gen.laplace(0.0, b, size=Q.shape[0])
+    delta_1 = _sensitivity(sensitivity, Q, 1)
+    if sampler == "opendp":
+        answers, b = opendp_samplers.laplace(Q @ x, delta_1, eps)
+        return Measurement(Q, answers, noise="laplace", scale=b)
+    b = delta_1 / eps
+    answers = Q @ x + _as_rng(rng).laplace(0.0, b, size=Q.shape[0])
     return Measurement(Q, answers, noise="laplace", scale=b)
 
 
@@ -139,7 +165,7 @@ def gaussian(queries: np.ndarray | sp.spmatrix, data: np.ndarray, *,
              sigma: float | None = None, epsilon: float | None = None,
              delta: float | None = None, rho: float | None = None,
              rng: int | np.random.Generator | None = None,
-             sensitivity: float | None = None) -> Measurement:
+             sensitivity: float | None = None, sampler: str = "numpy") -> Measurement:
     """Gaussian mechanism: ``y = Q x + e`` with ``e ~ N(0, sigma^2 I)``.
 
     Give exactly one of
@@ -152,14 +178,33 @@ def gaussian(queries: np.ndarray | sp.spmatrix, data: np.ndarray, *,
 
     ``Delta_2`` is ``sensitivity`` (default ``l2_sensitivity(Q)``); it is not
     used, and must not be given, with ``sigma``.  Other parameters as in
-    :func:`laplace`.
+    :func:`laplace`: ``sampler="numpy"`` is for simulation only, ``sampler="opendp"``
+    (OpenDP's exact sampler; the discrete Gaussian when ``Q x`` is integral) for a release.
 
     Returns
     -------
-    Measurement with ``noise="gaussian"`` and ``scale=sigma``.
+    Measurement with ``noise="gaussian"`` and ``scale=sigma`` (with ``"opendp"`` and ``rho``
+    or ``(epsilon, delta)``: the ``sigma`` OpenDP's privacy map certifies; for
+    ``(epsilon, delta)`` its zCDP conversion asks a few per cent more than the analytic
+    Gaussian, :mod:`cvxdp.modelling.opendp_samplers`).
     """
+    check_sampler("gaussian", sampler, rng)
     Q = _as_query_matrix(queries)
     x = _as_data(data, Q.shape[1], Q.shape)
+    s, budget = _gaussian_scale(Q, sigma, rho, epsilon, delta, sensitivity)
+    if sampler == "opendp":
+        d2 = _sensitivity(sensitivity, Q, 2) if budget else None
+        answers, s = opendp_samplers.gaussian(Q @ x, d2, s, **budget)
+        return Measurement(Q, answers, noise="gaussian", scale=s)
+    answers = Q @ x + _as_rng(rng).normal(0.0, s, size=Q.shape[0])
+    return Measurement(Q, answers, noise="gaussian", scale=s)
+
+
+def _gaussian_scale(Q: sp.csr_matrix, sigma, rho, epsilon, delta,
+                    sensitivity) -> tuple[float, dict]:
+    """``(sigma, budget)``: the standard deviation :func:`gaussian`'s arguments ask for, and
+    the budget it was calibrated to (``{}`` when ``sigma`` was given, ``{"rho": ...}`` or
+    ``{"epsilon": ..., "delta": ...}``), which OpenDP's sampler calibrates to again."""
     given = [name for name, v in (("sigma", sigma), ("rho", rho), ("epsilon", epsilon),
                                   ("delta", delta)) if v is not None]
     if sigma is not None:
@@ -167,21 +212,18 @@ def gaussian(queries: np.ndarray | sp.spmatrix, data: np.ndarray, *,
             raise ValueError(f"give exactly one of sigma, rho, or (epsilon, delta); got {given}")
         if sensitivity is not None:
             raise ValueError("sensitivity has no effect when sigma is given; pass one or the other")
-        s = _positive(sigma, "sigma")
-    elif rho is not None:
+        return _positive(sigma, "sigma"), {}
+    if rho is not None:
         if len(given) > 1:
             raise ValueError(f"give exactly one of sigma, rho, or (epsilon, delta); got {given}")
         r = _positive(rho, "rho")
-        s = _sensitivity(sensitivity, Q, 2) / np.sqrt(2.0 * r)
-    elif epsilon is not None and delta is not None:
+        return float(_sensitivity(sensitivity, Q, 2) / np.sqrt(2.0 * r)), {"rho": r}
+    if epsilon is not None and delta is not None:
         eps = _positive(epsilon, "epsilon")
         dlt = _probability(delta, "delta")
-        s = gaussian_sigma(eps, dlt, _sensitivity(sensitivity, Q, 2))
-    elif given:
+        return (float(gaussian_sigma(eps, dlt, _sensitivity(sensitivity, Q, 2))),
+                {"epsilon": eps, "delta": dlt})
+    if given:
         missing = "delta" if epsilon is not None else "epsilon"
         raise ValueError(f"epsilon and delta must be given together; {missing} is missing")
-    else:
-        raise ValueError("give exactly one of sigma, rho, or (epsilon, delta) to set the noise")
-    gen = _as_rng(rng)
-    answers = Q @ x + gen.normal(0.0, s, size=Q.shape[0])
-    return Measurement(Q, answers, noise="gaussian", scale=float(s))
+    raise ValueError("give exactly one of sigma, rho, or (epsilon, delta) to set the noise")

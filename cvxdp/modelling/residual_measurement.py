@@ -11,7 +11,9 @@ given ``rho`` (the variances scale by ``cost / (2 rho)``; the targets met scale 
 Gaussian sampler: right in distribution, and what simulations and benchmarks need, but **for
 simulation only** -- floating-point samplers leak through the low bits of their output
 (Mironov, CCS 2012).  ``sampler="opendp"`` draws it with OpenDP's vetted Gaussian mechanism
-(``pip install 'cvxdp[mbi]'`` brings ``opendp``), which samples exactly; use it for a release.
+(``pip install 'cvxdp[mbi]'`` brings ``opendp``), which samples exactly; use it for a release
+(:mod:`cvxdp.modelling.opendp_samplers`; :func:`cvxdp.mechanisms.laplace` and
+:func:`~cvxdp.mechanisms.gaussian` offer the same choice).
 Either way only the residual answers are kept: the noisy marginal the noise is added to
 (:mod:`cvxdp.solvers.residual.measure`) is discarded.  The accounting is the real-valued
 mechanism's; the answers are floating-point differences of the exactly sampled noisy
@@ -27,13 +29,12 @@ import numpy as np
 
 from ..solvers.residual.measure import marginal_counts, residual_answers, sub_pinv
 from .marginal_workload import MarginalWorkload
+from .opendp_samplers import SAMPLERS, import_opendp
 from .privacy import zcdp_to_dp
 from .randomness import as_rng
 
 __all__ = ["ResidualMeasurement", "residual_gaussian", "scale_to_rho", "SAMPLERS"]
 
-#: the noise samplers ``residual_gaussian`` offers (module docstring)
-SAMPLERS = ("numpy", "opendp")
 
 
 class ResidualMeasurement:
@@ -173,12 +174,7 @@ def _numpy_gaussian(rng: np.random.Generator):
 
 
 def _opendp_gaussian():
-    try:
-        import opendp.prelude as dp      # an optional extra: imported only when asked for
-    except ImportError as exc:
-        raise ImportError("residual_gaussian(sampler='opendp') needs opendp: pip install "
-                          f"'cvxdp[mbi]' ({exc})") from exc
-    dp.enable_features("contrib")
+    dp = import_opendp("residual_gaussian")
     space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float)
 
     def draw(table: np.ndarray, var: float) -> np.ndarray:

@@ -39,6 +39,8 @@ __all__ = ["identity", "total", "prefix", "all_ranges", "range_queries", "random
 
 # Largest full table a marginal matrix is built over (one non-zero per cell).
 _MAX_CELLS = 2 ** 31 - 1
+# node orders of a hierarchy: cvxdp's (empty nodes pruned), OpenDP's make_b_ary_tree
+LAYOUTS = ("cvxdp", "opendp")
 
 
 # ------------------------------------------------------------------ helpers
@@ -319,14 +321,20 @@ class Hierarchy:
     The strategy of Hay et al. (VLDB 2010): each node counts the cells of its
     interval.  Layout, with ``h = ceil(log_k n_leaves)`` and the root at level 0:
 
-    * level ``d`` has ``ceil(n_leaves / k^(h-d))`` nodes; node ``i`` of the level
-      covers cells ``[i k^(h-d), min((i+1) k^(h-d), n_leaves))`` and its parent is
-      node ``i // k`` of level ``d-1``; levels are stored one after the other;
-    * for ``n_leaves = k^h`` this is the complete tree with the children of node
-      ``v`` at ``k v + 1 .. k v + k`` (Lee, Wang, Kifer, KDD 2015, eq. 4, 0-based);
-      otherwise it is the complete tree over ``k^h`` cells with empty subtrees
+    * node ``i`` of level ``d`` covers cells ``[i k^(h-d), (i+1) k^(h-d))`` cut to
+      ``[0, n_leaves)``, and its parent is node ``i // k`` of level ``d-1``; levels are
+      stored one after the other, root first;
+    * ``layout="cvxdp"`` (the default) keeps the ``ceil(n_leaves / k^(h-d))`` nodes of
+      level ``d`` that hold a cell: for ``n_leaves = k^h`` the complete tree with the
+      children of node ``v`` at ``k v + 1 .. k v + k`` (Lee, Wang, Kifer, KDD 2015, eq. 4,
+      0-based); otherwise the complete tree over ``k^h`` cells with empty subtrees
       pruned, so a node near the right edge may have fewer than ``k`` children
       (possibly one, repeating its child's interval);
+    * ``layout="opendp"`` is the vector OpenDP's ``make_b_ary_tree`` releases: every
+      internal level complete (``k^d`` nodes), only the leaf level cut to ``n_leaves``,
+      ``(k^h - 1) / (k - 1) + n_leaves`` nodes.  Nodes right of the last cell count no
+      cell (:attr:`empty`, a zero row of :attr:`queries`); an empty node on level
+      ``h - 1`` has no children, so consistency fixes it to zero;
     * all leaves are on level ``h``: the leaves are the last ``n_leaves`` nodes,
       leaf ``j`` counting cell ``j``, and the internal nodes are ``0 .. n_internal-1``.
 
@@ -334,16 +342,23 @@ class Hierarchy:
     :meth:`project` is the least-squares projection onto it (Hay et al., Thm 3;
     weighted form in :class:`cvxdp.solvers.tree.forest.TreeLSQ`), linear in the number of nodes.
 
-    ``queries``, ``consistency``, ``forest`` are built on first use and cached.
+    ``queries``, ``consistency``, ``forest`` are built on first use and cached.  In the
+    ``"opendp"`` layout the childless empty nodes are leaves of :attr:`forest`; estimators
+    that read the forest alone (:func:`cvxdp.histograms.gls`) fix them with invariants of
+    zero (``invariants={v: (np.eye(1), [0.0]) for v in tree.empty}``).
     """
 
-    def __init__(self, n_leaves: int, branching: int = 2) -> None:
+    def __init__(self, n_leaves: int, branching: int = 2, layout: str = "cvxdp") -> None:
         n = _int(n_leaves, "n_leaves")
         k = _int(branching, "branching", minimum=2)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         h = 0
         while k ** h < n:
             h += 1
-        counts = [-(-n // k ** (h - d)) for d in range(h + 1)]
+        # nodes of level d that hold a cell; OpenDP keeps every internal level complete
+        nonempty = [-(-n // k ** (h - d)) for d in range(h + 1)]
+        counts = nonempty if layout == "cvxdp" else [k ** d for d in range(h)] + [n]
         offsets = np.r_[0, np.cumsum(counts)].astype(np.int64)
         n_nodes = int(offsets[-1])
         parent = np.empty(n_nodes, dtype=np.int64)
@@ -352,13 +367,14 @@ class Hierarchy:
             i = np.arange(counts[d], dtype=np.int64)
             width = k ** (h - d)
             s, e = offsets[d], offsets[d + 1]
-            intervals[s:e, 0] = i * width
+            intervals[s:e, 0] = np.minimum(i * width, n)
             intervals[s:e, 1] = np.minimum((i + 1) * width, n)
             parent[s:e] = offsets[d - 1] + i // k if d else -1
         parent.setflags(write=False)
         intervals.setflags(write=False)
-        self._n, self._k, self._h = n, k, h
+        self._n, self._k, self._h, self._layout = n, k, h, layout
         self._counts = counts
+        self._nonempty = nonempty
         self._offsets = offsets
         self._parent = parent
         self._intervals = intervals
@@ -376,6 +392,16 @@ class Hierarchy:
         return self._k
 
     @property
+    def layout(self) -> str:
+        """``"cvxdp"`` (empty nodes pruned) or ``"opendp"`` (OpenDP's ``make_b_ary_tree``)."""
+        return self._layout
+
+    @property
+    def empty(self) -> np.ndarray:
+        """Indices of the nodes that count no cell (int64; none in the ``"cvxdp"`` layout)."""
+        return np.flatnonzero(self._intervals[:, 0] == self._intervals[:, 1])
+
+    @property
     def height(self) -> int:
         """``h = ceil(log_k n_leaves)``: the leaves are on level ``h``, the root on 0."""
         return self._h
@@ -387,7 +413,8 @@ class Hierarchy:
 
     @property
     def n_internal(self) -> int:
-        """Number of internal nodes; they are nodes ``0 .. n_internal - 1``."""
+        """Number of internal nodes (every level above the leaves); they are nodes
+        ``0 .. n_internal - 1``."""
         return int(self._offsets[-2]) if self._h else 0
 
     @property
@@ -459,7 +486,8 @@ class Hierarchy:
 
             argmin_x  sum_v a_v (x_v - v_v)^2   s.t.  x_p = sum_{c child of p} x_c,
 
-        ``a = weights`` (default ones; ``inf`` fixes a node, ``0`` ignores it).  Two
+        ``a = weights`` (default ones; ``inf`` fixes a node, ``0`` ignores it; the
+        :attr:`empty` nodes are fixed at zero, the count of no cell).  Two
         linear passes (Hay et al., VLDB 2010, Thm 3) via :class:`cvxdp.solvers.tree.forest.TreeLSQ`;
         the unit-weight operator is cached.  Returns a new array.
         """
@@ -468,13 +496,23 @@ class Hierarchy:
             raise ValueError(f"v must have shape ({self.n_nodes},), got {np.shape(v)}")
         if not np.all(np.isfinite(x)):
             raise ValueError("v must be finite (contains NaN or inf)")
+        empty = self.empty
+        if empty.size:                  # counts of no cell: known zeros, fixed (weight inf)
+            x = x.copy()
+            x[empty] = 0.0
         if weights is None:
             if self._lsq_unit is None:
-                self._lsq_unit = TreeLSQ(self.forest)
+                self._lsq_unit = TreeLSQ(self.forest, self._fixed_empty(np.ones(self.n_nodes)))
             lsq = self._lsq_unit
         else:
-            lsq = TreeLSQ(self.forest, weights)
+            lsq = TreeLSQ(self.forest, self._fixed_empty(np.array(weights, dtype=float)))
         return np.array(lsq.project(x), dtype=float)
+
+    def _fixed_empty(self, weights: np.ndarray) -> np.ndarray:
+        """``weights`` with ``inf`` on the empty nodes (their value, zero, is known)."""
+        if weights.shape == (self.n_nodes,):
+            weights[self.empty] = np.inf
+        return weights
 
     def sum_up(self, leaf_values: np.ndarray) -> np.ndarray:
         """Node values of a leaf vector: ``queries @ leaf_values``, by summing children
@@ -483,12 +521,13 @@ class Hierarchy:
         if x.shape != (self._n,):
             raise ValueError(f"leaf_values must have shape ({self._n},), "
                              f"got {np.shape(leaf_values)}")
-        out = np.empty(self.n_nodes)
+        out = np.zeros(self.n_nodes)
         o, k = self._offsets, self._k
         out[o[-2]:o[-1]] = x
         for d in range(self._h, 0, -1):
-            child = out[o[d]:o[d + 1]]
-            out[o[d - 1]:o[d]] = np.add.reduceat(child, np.arange(0, child.size, k))
+            child = out[o[d]:o[d] + self._nonempty[d]]     # empty nodes stay zero
+            sums = np.add.reduceat(child, np.arange(0, child.size, k))
+            out[o[d - 1]:o[d - 1] + sums.size] = sums
         return out
 
     def range_nodes(self, lo: int, hi: int) -> np.ndarray:
@@ -512,7 +551,7 @@ class Hierarchy:
             if d == 0:
                 left.append(np.arange(l, r) + o[0])
                 break
-            c = self._counts[d]
+            c = self._nonempty[d]                    # nodes right of c count no cell
             L = -(-l // k)                           # first parent whose children are all in
             R = -(-r // k) if r == c else r // k     # the last parent may have < k children
             if L >= R:
@@ -524,7 +563,8 @@ class Hierarchy:
         return np.concatenate(left + right[::-1]).astype(np.int64)
 
     def __repr__(self) -> str:
-        return (f"Hierarchy(n_leaves={self._n}, branching={self._k}, height={self._h}, "
+        layout = "" if self._layout == "cvxdp" else f", layout={self._layout!r}"
+        return (f"Hierarchy(n_leaves={self._n}, branching={self._k}{layout}, height={self._h}, "
                 f"n_nodes={self.n_nodes})")
 
 
@@ -545,7 +585,12 @@ def sqrt_tree(n: int) -> sp.csr_matrix:
     return _intervals_matrix(n, lo, hi)
 
 
-def hierarchy(n_leaves: int, branching: int = 2) -> Hierarchy:
+def hierarchy(n_leaves: int, branching: int = 2, layout: str = "cvxdp") -> Hierarchy:
     """The hierarchical strategy over ``n_leaves`` cells with ``branching`` children
-    per node (Hay et al., VLDB 2010); see :class:`Hierarchy`."""
-    return Hierarchy(n_leaves, branching)
+    per node (Hay et al., VLDB 2010); see :class:`Hierarchy`.
+
+    ``layout="opendp"`` lays the nodes out as OpenDP's ``make_b_ary_tree(leaf_count=n_leaves,
+    branching_factor=branching)`` releases them (row ``v`` of :attr:`Hierarchy.queries` is
+    node ``v`` of OpenDP's vector), so that release is the ``answers`` of a
+    :class:`cvxdp.Measurement` with these queries."""
+    return Hierarchy(n_leaves, branching, layout)

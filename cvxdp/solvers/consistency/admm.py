@@ -19,6 +19,8 @@ Two splittings, chosen from the structure of ``M``:
 * **lifted** (``data.lift``: ``M`` is a hierarchy's query matrix over the leaf
   counts, rows the indicators of a laminar family): solved in node space by the
   separable splitting with the tree projection, mapped back ``x = z[leaves]``.
+* rows of ``A`` that fix one coordinate beside forest consistency (OpenDP's b-ary tree)
+  become bounds (:mod:`~cvxdp.solvers.consistency.fixings`), then as above.
 
 Beyond the paper, and what makes it fast: over-relaxation, residual-balancing
 adaptive ``rho`` (one common ``rho``, so no refactorization is ever needed),
@@ -38,6 +40,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from . import fixings
 from . import histogram_tree
 from . import isotonic_l1
 from .. import result as R
@@ -92,6 +95,9 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
             return res                   # otherwise the iterations below settle it
     if not data.has_chains and data.tree_queries() is not None:
         return _solve_lifted(data, settings, x0, state)
+    fixed = fixings.find(data)
+    if fixed is not None:              # rows fixing one coordinate beside a forest: bounds
+        return fixings.solve(data, fixed, settings, x0, state, solve)
     t0 = time.perf_counter()
     solver = _splitting(data, settings)
     infeasible = solver.infeasible_setup or (
@@ -154,7 +160,8 @@ def _node_space(data: ConsistencyData) -> tuple[ConsistencyData, int]:
     tq = data.tree_queries()
     F = tq.forest
     N, m = tq.n_nodes, tq.m
-    Mn = sp.csr_matrix((tq.row_scale, (np.arange(m), np.arange(m))), shape=(m, N))
+    # the user's rows in their order; a row of no column stays empty (a constant loss)
+    Mn = sp.csr_matrix((tq.row_scale, (tq.rows, np.arange(tq.rows.size))), shape=(m, N))
     C = F.consistency_matrix()
     internal = F.internal
     if data.has_eq:
@@ -182,7 +189,7 @@ def _to_leaf_space(data: ConsistencyData, nd: ConsistencyData, n_cons: int, res:
     w = None
     if duals:
         c = constraint_gradient(nd, duals)
-        w = None if c is None else separable_loss_multiplier(nd, c)[:tq.m]
+        w = None if c is None else separable_loss_multiplier(nd, c)
         out = {"lower": ancestor_sums(tq.forest, duals["lower"])[tq.leaf_node],
                "upper": ancestor_sums(tq.forest, duals["upper"])[tq.leaf_node]}
         if data.has_eq:

@@ -109,10 +109,15 @@ def constraint_gradient(data, duals):
 
 
 def separable_loss_multiplier(data, c):
-    """``w`` with ``M^T w = -c`` when every loss row has one entry and no column two."""
+    """``w`` with ``M^T w = -c`` when every loss row has one entry and no column two.
+
+    A row without an entry (a query that counts nothing, e.g. an empty node of OpenDP's
+    tree) is absent from ``M^T w``; its ``w`` is the loss's gradient at the residual
+    ``-y``, which the subgradient condition asks for."""
     M = data.M.tocsr()
     nnz = np.diff(M.indptr)
-    w = np.zeros(M.shape[0])
+    r = -np.asarray(data.y, dtype=float)
+    w = data.w2 * r + data.w1 * np.sign(r)
     rows = np.flatnonzero(nnz == 1)
     cols = M.indices[M.indptr[rows]]
     w[rows] = -c[cols] / M.data[M.indptr[rows]]

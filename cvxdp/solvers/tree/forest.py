@@ -601,17 +601,21 @@ class TreeQueries:
     """A measurement matrix whose rows are (scaled) indicators of a laminar family of
     sets of columns: the query matrix of a hierarchy written over the leaf counts.
 
-    Node space: one node per row and one leaf node per column that is not itself a
-    singleton row; a node's parent is the smallest row set strictly containing it.
-    Then ``M x`` is ``row_scale * z[:m]`` for the consistent node vector ``z`` whose
-    leaves are ``x`` (``z = Q x``), and ``x = z[leaf_node]``.
+    Node space: one node per row with an entry (row ``rows[i]`` is node ``i``) and one
+    leaf node per column that is not itself a singleton row; a node's parent is the
+    smallest row set strictly containing it.  Then ``(M x)[rows]`` is ``row_scale *
+    z[:rows.size]`` for the consistent node vector ``z`` whose leaves are ``x`` (``z = Q
+    x``), ``x = z[leaf_node]``, and the other rows of ``M`` (queries of no column, such as
+    the empty nodes of OpenDP's tree) are zero whatever ``x``.
     """
 
-    def __init__(self, forest: Forest, leaf_node: np.ndarray, row_scale: np.ndarray, m: int) -> None:
+    def __init__(self, forest: Forest, leaf_node: np.ndarray, row_scale: np.ndarray, m: int,
+                 rows: np.ndarray | None = None) -> None:
         self.forest = forest
         self.leaf_node = leaf_node
         self.row_scale = row_scale
         self.m = m
+        self.rows = np.arange(m) if rows is None else rows
         self.n_nodes = forest.n
 
     def nodes_from_leaves(self, x: np.ndarray) -> np.ndarray:
@@ -636,13 +640,18 @@ class TreeQueries:
 def forest_from_queries(M: sp.spmatrix) -> TreeQueries | None:
     """Recognise ``M`` as a :class:`TreeQueries` (``None`` if it is not one: a row with
     unequal entries, sets that overlap without nesting, or no row with two or more
-    columns).  A set repeated in several rows becomes a chain of single-child nodes."""
+    columns).  A set repeated in several rows becomes a chain of single-child nodes;
+    rows without an entry are no node (their loss is a constant)."""
     M = sp.csr_matrix(M, copy=True)    # cleaned in place below: never the caller's arrays
     M.sum_duplicates()
     M.eliminate_zeros()
+    m_all = M.shape[0]
+    rows = np.flatnonzero(np.diff(M.indptr) > 0)
+    if rows.size < m_all:
+        M = M[rows]
     m, n = M.shape
     size = np.diff(M.indptr)
-    if m == 0 or np.any(size == 0) or size.max() < 2:
+    if m == 0 or size.max() < 2:
         return None
     row_of = np.repeat(np.arange(m), size)
     first = M.data[M.indptr[:-1]]
@@ -677,4 +686,4 @@ def forest_from_queries(M: sp.spmatrix) -> TreeQueries | None:
         forest = Forest(parent)
     except ValueError:
         return None
-    return TreeQueries(forest, leaf_node, first.astype(float), m)
+    return TreeQueries(forest, leaf_node, first.astype(float), m_all, rows)
