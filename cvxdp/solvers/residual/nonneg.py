@@ -23,8 +23,9 @@ ADMM on ``v = B u``, ``v >= 0`` has closed-form steps, each a few passes over th
 
 **Certificate.**  For ``y >= 0``, ``min_u f(u) - y^T B u = -sum_A (||P_A B_A^T y||^2 / (2 w_A) +
 (P_A B_A^T y)^T z_A)`` bounds the optimum from below (the ADMM gives ``y = max(0, -lam)``); a
-feasible point comes from the iterate mixed with the uniform table (``mu_C = N / cells``) just
-enough to be non-negative.  With the total known, ``u_{}`` is held at it.  The minimiser of
+feasible point comes from the iterate repaired set by set (:mod:`.repair`: each set's own
+component mixed with a proportional fit of its table), then mixed with the uniform table
+(``mu_C = N / cells``) just enough to be non-negative.  With the total known, ``u_{}`` is held at it.  The minimiser of
 that Lagrangian, ``u = z + P B^T y / w`` (``info["dual_components"]``), gives the local
 polytope's multiplier in clique space: minus the loss's gradient there, whose Lagrangian bound
 is at least this one (``B^T`` of that gradient is ``B^T y``, and ``y^T B t >= 0`` on the
@@ -42,6 +43,7 @@ import numpy as np
 
 from .. import result as R
 from .._table import IterationTable
+from .repair import repair
 
 __all__ = ["CliqueResiduals", "NonnegSettings", "solve", "ROUTE"]
 
@@ -55,6 +57,10 @@ _POLISH_GAP = 1e-3
 # the polish runs once fewer than this fraction of the cells changed between zero and not
 # since the previous check (the face has settled)
 _SETTLED = 1e-4
+# the set-by-set repair of the feasible point (:mod:`.repair`; on Adult's three-way marginals
+# it costs about 15 iterations) may take at most this fraction of the time so far, besides the
+# one at the end; the uniform mixture alone is tried at every check
+_REPAIR_SHARE = 0.25
 # residual balancing: rho changes when one residual is this many times the other
 _BALANCE = 10.0
 _RHO_RANGE = (1e-8, 1e8)
@@ -89,7 +95,7 @@ class CliqueResiduals:
         self.sizes = [int(n) for n in sizes]
         self.cliques = [tuple(int(a) for a in c) for c in cliques]
         self.residuals = [tuple(int(a) for a in A) for A in residuals]
-        index = {A: j for j, A in enumerate(self.residuals)}
+        self.index = index = {A: j for j, A in enumerate(self.residuals)}
         self.shapes = [tuple(self.sizes[a] for a in A) for A in self.residuals]
         self.table_shapes = [tuple(self.sizes[a] for a in C) for C in self.cliques]
         self.parts: list[list[tuple[int, tuple[int, ...], float]]] = []
@@ -183,6 +189,9 @@ class _Run:
         self.masks: list | None = None           # the cells held at zero at the last check
         self.history: list[dict] = []
         self.table = IterationTable(_COLUMNS, s.verbose)
+        self.t0 = time.perf_counter()
+        self.repair_time = 0.0
+        self.repaired_at = 0
 
     def objective(self, u) -> float:
         return float(sum(0.5 * wj * np.sum((uj - zj) ** 2) for uj, zj, wj in zip(u, self.z, self.w)))
@@ -217,11 +226,34 @@ class _Run:
             self.rho /= 2.0
 
     def feasible(self, u: list[np.ndarray]) -> None:
+        """``u`` mixed with the uniform table just enough to be non-negative (kept if best)."""
+        N = float(u[self.empty]) if self.total is None else float(self.total)
+        if N > 0:
+            self.mix_uniform(u, N)
+
+    def repair(self, it: int, final: bool = False) -> None:
+        """The iterate repaired set by set (:mod:`.repair`), then mixed: at the first check,
+        then each time the iterations have doubled while the repairs' time share allows, and
+        once at the end (``final``) if the last one was not at this iterate."""
+        now = time.perf_counter()
+        if final:
+            due = it != self.repaired_at
+        else:
+            due = it >= 2 * self.repaired_at and \
+                self.repair_time <= _REPAIR_SHARE * (now - self.t0)
+        N = float(self.u[self.empty]) if self.total is None else float(self.total)
+        if not (due and N > 0):
+            return
+
+        def loss(j, uj):
+            return 0.5 * float(self.w[j]) * float(np.sum((uj - self.z[j]) ** 2))
+        self.mix_uniform(repair(self.st, self.u, N, loss), N)
+        self.repaired_at = it
+        self.repair_time += time.perf_counter() - now
+
+    def mix_uniform(self, u: list[np.ndarray], N: float) -> None:
         """``u`` mixed with the uniform table (``mu_C = N / cells``) just enough to be
         non-negative, kept if it is the best feasible point so far."""
-        N = float(u[self.empty]) if self.total is None else float(self.total)
-        if not N > 0:
-            return
         theta = 0.0
         for T in self.st.expand(u):
             neg = T < 0
@@ -233,11 +265,14 @@ class _Run:
         if self.best is None or f < self.best[0]:
             self.best = (f, point)
 
-    def certify(self) -> None:
+    def certify(self, it: int) -> None:
         """The best feasible point (the iterate, the Lagrangian's minimiser and the polish,
-        mixed) and the best dual bound (at ``y = max(0, -lam)`` and the polish's ``y``)."""
+        mixed; the iterate repaired when due) and the best dual bound (at ``y = max(0, -lam)``
+        and the polish's ``y``)."""
         self.feasible(self.u)
         self.bound([np.maximum(-lk, 0.0) for lk in self.lam])
+        if R.relative_gap(self.best[0] if self.best else math.inf, self.lower) > self.s.eps_rel:
+            self.repair(it)
         masks = [vk <= 0 for vk in self.v]
         changed = sum(int(np.count_nonzero(a != b)) for a, b in zip(masks, self.masks)) \
             if self.masks is not None else len(masks)
@@ -298,26 +333,36 @@ class _Run:
         self.table.header(f"cvxdp residual ADMM: {len(st.cliques)} cliques, "
                           f"{sum(int(np.prod(x)) for x in st.table_shapes):,} cells, "
                           f"{len(st.residuals)} residuals")
-        status, it = None, 0
+        status, it, r_p = None, 0, math.nan
         for it in range(1, s.max_iters + 1):
             r_p, r_d = self.step()
             if it % s.check_every and it < s.max_iters:
                 continue
             if s.adaptive_rho:
                 self.adapt(r_p, r_d)
-            self.certify()
-            f = self.best[0] if self.best else math.inf
-            row = {"iter": it, "objective": f, "lower bnd": self.lower,
-                   "rel gap": R.relative_gap(f, self.lower), "pri res": r_p, "rho": self.rho,
-                   "time [s]": time.perf_counter() - t0}
-            status = R.record_check(row, self.history, self.table, s)
+            self.certify(it)
+            status = R.record_check(self.row(it, r_p, t0), self.history, self.table, s)
             if status is not None:
                 break
-        return status or R.OPTIMAL_INACCURATE, it
+        if status == R.OPTIMAL_INACCURATE or status is None:
+            before = self.best[0] if self.best else None
+            self.repair(it, final=True)      # the last iterate, repaired, may still certify
+            row = self.row(it, r_p, t0)
+            if self.best and self.best[0] != before:
+                self.history.append(row)
+                self.table.row(row)
+            status = R.OPTIMAL if row["rel gap"] <= s.eps_rel else R.OPTIMAL_INACCURATE
+        return status, it
+
+    def row(self, it: int, r_p: float, t0: float) -> dict:
+        f = self.best[0] if self.best else math.inf
+        return {"iter": it, "objective": f, "lower bnd": self.lower,
+                "rel gap": R.relative_gap(f, self.lower), "pri res": r_p, "rho": self.rho,
+                "time [s]": time.perf_counter() - t0}
 
     def result(self, status: str, it: int, t0: float) -> R.SolverResult:
         if self.best is None:
-            self.certify()
+            self.certify(it)
         f, u = self.best if self.best else (math.inf, self.u)
         tables = self.st.expand(u)
         x = np.concatenate([t.ravel() for t in tables])
