@@ -44,12 +44,6 @@ def _noisy(seed, sizes, cliques, n=30, noise=3.0):
     return st, truth, u, float(n)
 
 
-def _loss(z, w):
-    def f(j, uj):
-        return 0.5 * w[j] * float(np.sum((uj - z[j]) ** 2))
-    return f
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_set_tables_are_the_clique_tables_and_their_marginals(seed):
     st, _, u, _ = _noisy(seed, [3, 1, 4, 2], [(0, 1, 2), (1, 3), (0, 2, 3)])
@@ -70,7 +64,7 @@ def test_two_way_repair_is_non_negative_and_moves_only_negative_sets(seed):
     st, truth, u, N = _noisy(seed, sizes, cliques)
     assert min(T.min() for T in st.expand(u)) < 0
     before = {A: set_table(st, u, A) for A in st.residuals if A}
-    out = repair(st, u, N, _loss(truth, np.ones(len(u))))
+    out = repair(st, u, N)
     for C, T in zip(st.cliques, st.expand(out)):
         assert T.min() >= -1e-9 * N, C
     for j, A in enumerate(st.residuals):
@@ -83,7 +77,7 @@ def test_two_way_repair_is_non_negative_and_moves_only_negative_sets(seed):
 def test_caller_components_are_not_changed():
     st, truth, u, N = _noisy(0, [3, 3, 3], [(0, 1, 2)])
     copy = [a.copy() for a in u]
-    repair(st, u, N, _loss(truth, np.ones(len(u))))
+    repair(st, u, N)
     for a, b in zip(u, copy):
         np.testing.assert_array_equal(a, b)
 
@@ -102,7 +96,7 @@ def test_repair_certifies_sooner_than_the_uniform_mixture(seed, monkeypatch):
     w = np.ones(len(z))
     settings = NonnegSettings(max_iters=10, eps_rel=1e-12, polish=False)
     with_repair = solve(st, z, w, N, settings)
-    monkeypatch.setattr(nonneg, "repair", lambda st, u, total, loss: u)
+    monkeypatch.setattr(nonneg, "repair", lambda st, u, total: u)
     without = solve(st, z, w, N, settings)
     assert with_repair.lower_bound == pytest.approx(without.lower_bound, rel=1e-12)
     assert with_repair.gap < 0.25 * without.gap

@@ -15,14 +15,30 @@ negative cells.  Two repairs make it a point of ``L(N)``:
   once the sweeps converge; the exact projection onto ``V_N`` then moves them by what is left
   of the fitting error and :func:`mix` removes what that leaves below zero.  The loss moves by about the
   size of the negative part, not by ``s`` times the loss of ``U``.
+* :class:`SetRepair` -- the residual family's set-by-set repair
+  (:mod:`cvxdp.solvers.residual.repair`): ``x`` in residual coordinates (exact for consistent
+  tables), each attribute set of the cliques' closure, smallest first, moves only its own
+  component, toward a proportional fit of its table to its own lower marginals, which keeps
+  every other table; then :func:`mix`.  Where the cliques overlap in more than single
+  attributes (all three-way marginals) this is the repair that works: on Adult's 364 three-way
+  marginals after 100 ADMM iterations its gap to the bound is 1.1e-3, against 0.74 for
+  :func:`mix` and 0.96 for :func:`fit_margins` (``benchmarks/results/local_3way_repairs.txt``).
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
+from ..residual.nonneg import CliqueResiduals
+from ..residual.repair import repair
 from .region_graph import RegionGraph
 
-__all__ = ["mix", "fit_margins", "MarginFitter"]
+__all__ = ["mix", "fit_margins", "MarginFitter", "SetRepair"]
+
+# the set-by-set repair builds every table of the closure from its subsets' components: only
+# up to this many sets (all three-way marginals of 100 attributes have 166,751)
+_MAX_SETS = 200_000
 
 # proportional-fitting sweeps at most, and the relative marginal error that ends them
 _SWEEPS = 60
@@ -140,3 +156,34 @@ class MarginFitter:
 def fit_margins(G: RegionGraph, x: np.ndarray, total: float | None) -> np.ndarray | None:
     """One-off :meth:`MarginFitter.fit`."""
     return MarginFitter(G).fit(x, total)
+
+
+class SetRepair:
+    """:func:`repair` by sets (module docstring) for one region graph: the closure of its
+    cliques, each clique's axes sorted (residual coordinates need one order per set)."""
+
+    def __init__(self, G: RegionGraph) -> None:
+        self.G = G
+        self.cliques = [tuple(sorted(c)) for c in G.cliques]
+        self.order = [np.argsort(c) for c in G.cliques]      # graph axes -> sorted axes
+        closure = {A for C in self.cliques for r in range(len(C) + 1)
+                   for A in itertools.combinations(C, r)} \
+            if sum(2 ** len(C) for C in self.cliques) <= _MAX_SETS else None
+        self.st = None if closure is None else CliqueResiduals(
+            G.sizes, self.cliques, sorted(closure, key=lambda A: (len(A), A)))
+
+    def __call__(self, x: np.ndarray, total: float | None) -> np.ndarray | None:
+        """``x`` (consistent tables) repaired by sets, projected and mixed into the polytope
+        (``None`` for a total that is not positive, or cliques too large for it)."""
+        G, st = self.G, self.st
+        T = total if total is not None else float(np.mean(G.totals(x)))
+        if st is None or not T > 0:
+            return None
+        tables = [np.transpose(x[int(G.offsets[k]):int(G.offsets[k + 1])].reshape(shape), o)
+                  for k, (shape, o) in enumerate(zip(G.shapes, self.order))]
+        u = [cj / st.d[j] for j, cj in enumerate(st.contract(tables))]
+        if total is not None:
+            u[st.index[()]] = np.asarray(float(total))
+        out = [np.transpose(t, np.argsort(o)).ravel()
+               for t, o in zip(st.expand(repair(st, u, T)), self.order)]
+        return mix(G, G.project(np.concatenate(out), total), total)

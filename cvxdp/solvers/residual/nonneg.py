@@ -244,10 +244,7 @@ class _Run:
         N = float(self.u[self.empty]) if self.total is None else float(self.total)
         if not (due and N > 0):
             return
-
-        def loss(j, uj):
-            return 0.5 * float(self.w[j]) * float(np.sum((uj - self.z[j]) ** 2))
-        self.mix_uniform(repair(self.st, self.u, N, loss), N)
+        self.mix_uniform(repair(self.st, self.u, N), N)
         self.repaired_at = it
         self.repair_time += time.perf_counter() - now
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -109,11 +108,9 @@ def _least_mix(T: np.ndarray, Qx: np.ndarray) -> float:
     return (a + b) / 2
 
 
-def repair(st, u: list[np.ndarray], total: float,
-           loss: Callable[[int, np.ndarray], float]) -> list[np.ndarray]:
+def repair(st, u: list[np.ndarray], total: float) -> list[np.ndarray]:
     """The pass of the module docstring on components ``u`` (not changed; a repaired copy is
-    returned) with total ``total``; ``loss(j, u_j)`` is component ``j``'s part of the loss,
-    which picks among the starting offsets when none leaves the table non-negative."""
+    returned) with total ``total``."""
     u = list(u)
     for A in sorted(st.residuals, key=len):
         if not A:
@@ -123,18 +120,16 @@ def repair(st, u: list[np.ndarray], total: float,
             continue
         j = st.index[A]
         lower = T - st.center(j, T)
-        best: tuple[tuple[bool, float], np.ndarray] | None = None
+        best: tuple[float, np.ndarray] | None = None     # (least cell, component)
         for c in _OFFSETS:
             Q = _fit(T, total, np.maximum(T, c * total / T.size))
             top = st.center(j, Q)
             theta = _least_mix(T, lower + top)
             cand = (1 - theta) * u[j] + theta * top
             short = float(np.min((1 - theta) * T + theta * (lower + top)))
-            bad = short < -_FIT_TOL * max(total, 1.0)
-            key = (bad, -short if bad else loss(j, cand))
-            if best is None or key < best[0]:
-                best = (key, cand)
-            if not key[0]:
+            if best is None or short > best[0]:
+                best = (short, cand)
+            if short >= -_FIT_TOL * max(total, 1.0):
                 break       # the smallest offset that works: it hugs T_A, so it moves least
         u[j] = best[1]
     return u
