@@ -10,9 +10,10 @@ compared with the ADMM's dual lower bound:
     fit       proportional fitting of ``max(x, 0)`` to ``x``'s region marginals, projected, mixed
     altproj   ``--altproj`` rounds of alternating projection (orthant, consistent set), mixed
     polish    the face polish on the non-negative iterate's support (conjugate gradients)
-    sets      the residual family's set-by-set repair (``cvxdp.solvers.residual.repair``): the
-              iterate in residual coordinates, each attribute set's own component mixed with a
-              proportional fit of its table (every other table kept), then mixed
+    sets      the set-by-set repair (``cvxdp.solvers.local.repair.SetRepair``, now one of the
+              ADMM's certificate points): the iterate in residual coordinates, each attribute
+              set's own component mixed with a proportional fit of its table (every other
+              table kept), then mixed
     seps      ``--separators`` semismooth Newton steps on the problem with the iterate's region
               marginals fixed (mixed with the uniform ones to be non-negative): given
               consistent separators the cliques decouple, and each is a three-way table with
@@ -33,7 +34,6 @@ Usage: ``python benchmarks/local_3way_repairs.py [--iters 100] [--altproj 50] [-
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 from pathlib import Path
@@ -46,11 +46,9 @@ from local_polytope import load_adult, make_instance  # noqa: E402
 from cvxdp.solvers.local import admm as LA  # noqa: E402
 from cvxdp.solvers.local import newton as LN  # noqa: E402
 from cvxdp.solvers.local.polish import polish  # noqa: E402
-from cvxdp.solvers.local.repair import MarginFitter, mix  # noqa: E402
+from cvxdp.solvers.local.repair import MarginFitter, SetRepair, mix  # noqa: E402
 from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss  # noqa: E402
 from cvxdp.solvers.local.region_graph import RegionGraph  # noqa: E402
-from cvxdp.solvers.residual.nonneg import CliqueResiduals  # noqa: E402
-from cvxdp.solvers.residual.repair import repair  # noqa: E402
 
 
 def build(seed: int):
@@ -193,19 +191,6 @@ def masked_newton(G, p, x: np.ndarray, N: float, steps: int, tau: float, lb: flo
         print(f"masked   repaired ({name}): loss {f:.7e}  gap {(f - lb) / f:.2e}", flush=True)
 
 
-def set_repair(G, cliques, sizes, x: np.ndarray, N: float) -> np.ndarray:
-    """``x`` (consistent clique tables, stacked) to residual components (``B^T`` over its
-    diagonal, exact on consistent tables), repaired set by set, back to tables, mixed."""
-    closure = sorted({A for C in cliques for r in range(len(C) + 1)
-                      for A in itertools.combinations(C, r)}, key=lambda A: (len(A), A))
-    st = CliqueResiduals(sizes, cliques, closure)
-    tables = [x[int(G.offsets[i]):int(G.offsets[i + 1])].reshape(shape)
-              for i, shape in enumerate(st.table_shapes)]
-    u = [cj / st.d[j] for j, cj in enumerate(st.contract(tables))]
-    out = np.concatenate([t.ravel() for t in st.expand(repair(st, u, N))])
-    return mix(G, G.project(out, N), N)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=100)
@@ -255,7 +240,7 @@ def main() -> None:
     else:
         report("polish", t, mix(G, out[0], N))
     t = time.perf_counter()
-    report("sets", t, set_repair(G, G.cliques, G.sizes, run.x, N))
+    report("sets", t, SetRepair(G)(run.x, N))
 
 
 if __name__ == "__main__":
