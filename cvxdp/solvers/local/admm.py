@@ -164,7 +164,7 @@ class _Run:
         self.fitter = MarginFitter(G)
         self.sets: SetRepair | None = None   # built at its first use
         self.it, self.t0 = 0, time.perf_counter()
-        self.repair_time, self.repaired_at = 0.0, 0
+        self.repair_time, self.last_repair, self.repaired_at = 0.0, 0.0, 0
         self.polish_info = {"attempts": 0, "cg_steps": 0}
         self.route = ""                  # what ran: "dual Newton", "ADMM", ... (info["route"])
         self.newton_info: dict | None = None
@@ -369,11 +369,13 @@ class _Run:
         """The iterate repaired set by set (:class:`~cvxdp.solvers.local.repair.SetRepair`)
         as a candidate point: at a check when the iterations have doubled since the last
         one and the repairs have taken at most ``_SET_SHARE`` of the time, and once at the
-        end (``final``) if the last one was not at this iterate."""
+        end (``final``) if the last one was not at this iterate; never past ``time_limit`` as
+        far as the last repair's duration tells."""
         now = time.perf_counter()
         due = self.it != self.repaired_at if final else (
             self.it >= 2 * self.repaired_at and self.repair_time <= _SET_SHARE * (now - self.t0))
-        if not due:
+        # time_limit holds: no repair that the last one's duration says would cross it
+        if not due or now - self.t0 + self.last_repair > self.s.time_limit:
             return
         if self.sets is None:
             self.sets = SetRepair(self.p.graph)
@@ -383,7 +385,8 @@ class _Run:
             if f < self.best[0]:
                 self.best = (f, pt)
         self.repaired_at = self.it
-        self.repair_time += time.perf_counter() - now
+        self.last_repair = time.perf_counter() - now
+        self.repair_time += self.last_repair
 
     def bound_at(self, lam: np.ndarray, point: np.ndarray, value: float) -> float:
         """The lower bound at a per-cell multiplier (no coupled rows); for a free total, given

@@ -190,7 +190,7 @@ class _Run:
         self.history: list[dict] = []
         self.table = IterationTable(_COLUMNS, s.verbose)
         self.t0 = time.perf_counter()
-        self.repair_time = 0.0
+        self.repair_time = self.last_repair = 0.0
         self.repaired_at = 0
 
     def objective(self, u) -> float:
@@ -234,19 +234,20 @@ class _Run:
     def repair(self, it: int, final: bool = False) -> None:
         """The iterate repaired set by set (:mod:`.repair`), then mixed: at the first check,
         then each time the iterations have doubled while the repairs' time share allows, and
-        once at the end (``final``) if the last one was not at this iterate."""
+        once at the end (``final``) if the last one was not at this iterate; never past
+        ``time_limit`` as far as the last repair's duration tells."""
         now = time.perf_counter()
-        if final:
-            due = it != self.repaired_at
-        else:
-            due = it >= 2 * self.repaired_at and \
-                self.repair_time <= _REPAIR_SHARE * (now - self.t0)
+        due = it != self.repaired_at if final else (
+            it >= 2 * self.repaired_at and self.repair_time <= _REPAIR_SHARE * (now - self.t0))
+        # time_limit holds: no repair that the last one's duration says would cross it
+        due = due and now - self.t0 + self.last_repair <= self.s.time_limit
         N = float(self.u[self.empty]) if self.total is None else float(self.total)
         if not (due and N > 0):
             return
         self.mix_uniform(repair(self.st, self.u, N), N)
         self.repaired_at = it
-        self.repair_time += time.perf_counter() - now
+        self.last_repair = time.perf_counter() - now
+        self.repair_time += self.last_repair
 
     def mix_uniform(self, u: list[np.ndarray], N: float) -> None:
         """``u`` mixed with the uniform table (``mu_C = N / cells``) just enough to be
