@@ -57,6 +57,7 @@ from ..recognise.affine import Linearizer
 from ..recognise.losses import collect
 
 __all__ = ["DATA_LIMIT", "DESIGN_LIMIT", "check_problem_data", "check_magnitudes",
+           "check_marginal_data",
            "check_loss_scale", "loss_factor", "weighted_rows", "check_residual_scale",
            "check_fitness_scale", "check_design_scale"]
 
@@ -350,3 +351,11 @@ def check_design_scale(problem: cp.Problem, ext: Any, limit: float = DESIGN_LIMI
                      f"largest coefficient of its row), outside {1.0 / limit:g} .. {limit:g}: "
                      f"NEWTON_CG divides by their cubes, which leave float64's range beyond "
                      f"about 1e103; rescale the targets (variances in other units)")
+
+
+def check_marginal_data(problem: cp.Problem, variables: list, terms: list, method: str) -> None:
+    """:func:`check_magnitudes` and :func:`check_loss_scale` for a marginal loss's ``terms``
+    (``kind``, ``w``, ``A``, ``b`` each): the checks of the clique-marginal families."""
+    check_magnitudes(problem, method)
+    rows = [weighted_rows(loss_factor(t.kind, t.w), t.A, t.b) for t in terms]
+    check_loss_scale(problem, variables, np.concatenate(rows), method)

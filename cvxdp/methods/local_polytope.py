@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import cvxpy as cp
 
 from ..modelling.local_polytope import LocalPolytope
@@ -31,7 +30,7 @@ from ..solvers.local import admm as local_admm
 from ..solvers.local.problem import LocalProblem, LocalSettings
 from ..solvers.result import SOLUTION_PRESENT
 from .base import Outcome
-from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
+from .input_check import check_marginal_data
 from .consistency import OPTIONS
 from .options import STOPPING, Settings
 
@@ -49,9 +48,7 @@ class LocalPolytopeADMM:
         """The problem as arrays; data too large for float64 refused here
         (:mod:`cvxdp.methods.input_check`)."""
         ext = recognise_local(problem)
-        check_magnitudes(problem, ADMM)
-        rows = [weighted_rows(loss_factor(t.kind, t.w), t.A, t.b) for t in ext.loss.terms]
-        check_loss_scale(problem, ext.variables, np.concatenate(rows), ADMM)
+        check_marginal_data(problem, ext.variables, ext.loss.terms, ADMM)
         return ext
 
     def cost(self, ext: MarginalExtraction) -> tuple[str, int]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import cvxpy as cp
 
 from ..estimates.graphical_model import GraphicalModel
@@ -27,7 +26,7 @@ from ..solvers.marginal import mirror_descent as md
 from ..solvers.marginal.duals import certifying_multipliers
 from ..solvers.result import SOLUTION_PRESENT
 from .base import Outcome
-from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
+from .input_check import check_marginal_data
 from .options import STOPPING, Option, OptionSet, Settings
 
 __all__ = ["MarginalMirrorDescent", "OPTIONS"]
@@ -66,9 +65,7 @@ class MarginalMirrorDescent:
         """The problem as arrays; data too large for float64 refused here
         (:mod:`cvxdp.methods.input_check`)."""
         ext = recognise(problem)
-        check_magnitudes(problem, MIRROR_DESCENT)
-        rows = [weighted_rows(loss_factor(t.kind, t.w), t.A, t.b) for t in ext.loss.terms]
-        check_loss_scale(problem, ext.variables, np.concatenate(rows), MIRROR_DESCENT)
+        check_marginal_data(problem, ext.variables, ext.loss.terms, MIRROR_DESCENT)
         return ext
 
     def cost(self, ext: MarginalExtraction) -> tuple[str, int]:
