@@ -213,10 +213,44 @@ def md_instance(rng, loss="random", sparse=False, exact=False, known_total=True)
     return cp.Problem(cp.Minimize(cp.sum(terms)), [cvxdp.MarginalPolytope(mus, dom, total=total)])
 
 
+def md_cycle_instance(rng, loss="l2", sparse=False):
+    """A free total (``total=None``) on a cyclic model, the case of issue 26: 4-6 attributes of
+    2-5 values, a cycle of pairs plus 1-3 chords or triples, few records (5-40; ``sparse``:
+    drawn from 3 distinct rows, so most cells are empty) and heavy noise (sigma 5-40), a
+    weight per clique; Gaussian losses (``loss="l2"``) or L1 / L2 per clique (``"mixed"``)."""
+    k = int(rng.integers(4, 7))
+    sizes = [int(rng.integers(2, 6)) for _ in range(k)]
+    names = [f"a{i}" for i in range(k)]
+    dom = cvxdp.Domain(dict(zip(names, sizes)))
+    n_rec = int(rng.integers(5, 41))
+    rows = np.column_stack([rng.integers(0, s, 3 if sparse else n_rec) for s in sizes])
+    data = rows[rng.integers(0, len(rows), n_rec)]
+    cliques = [tuple(sorted((names[i], names[(i + 1) % k]), key=names.index)) for i in range(k)]
+    for _ in range(int(rng.integers(1, 4))):
+        extra = sorted(rng.choice(k, size=int(rng.integers(2, 4)), replace=False))
+        c = tuple(names[i] for i in extra)
+        if c not in cliques:
+            cliques.append(c)
+    sigma = float(rng.uniform(5, 40))
+    mus = {c: cp.Variable(dom.shape(c)) for c in cliques}
+    terms = []
+    for c in cliques:
+        kind = rng.choice(["l1", "l2"]) if loss == "mixed" else loss
+        w = float(rng.uniform(0.2, 3.0))
+        t = dom.count(data, c)
+        y = t + (rng.laplace(0, sigma, t.shape) if kind == "l1" else rng.normal(0, sigma, t.shape))
+        terms.append(w * cp.norm1(mus[c] - y) / sigma if kind == "l1"
+                     else w * cp.sum_squares(mus[c] - y) / (2 * sigma ** 2))
+    return cp.Problem(cp.Minimize(cp.sum(terms)), [cvxdp.MarginalPolytope(mus, dom, total=None)])
+
+
 MD_KINDS = {"l2": lambda r: md_instance(r, "l2"), "l1": lambda r: md_instance(r, "l1"),
             "mixed": lambda r: md_instance(r), "sparse": lambda r: md_instance(r, sparse=True),
             "exact": lambda r: md_instance(r, exact=True),
-            "free_total": lambda r: md_instance(r, known_total=False)}
+            "free_total": lambda r: md_instance(r, known_total=False),
+            "free_cycle": lambda r: md_cycle_instance(r),
+            "free_cycle_sp": lambda r: md_cycle_instance(r, sparse=True),
+            "free_cycle_mix": lambda r: md_cycle_instance(r, "mixed")}
 
 
 def _ranges(rng, d, m):

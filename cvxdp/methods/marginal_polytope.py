@@ -4,10 +4,12 @@ The routes, reported as ``extra_stats["info"]["route"]``: the first-order method
 (``algorithm``: ``"accelerated mirror descent"``, ``"mirror descent"``, ``"dual averaging"``;
 :mod:`cvxdp.solvers.marginal.mirror_descent`), followed by ``" -> exact polish"`` when the
 exact finish on the junction tree's local polytope returned the point (an active-set QP for
-squared losses, an LP or interior-point QP for L1 and mixed ones); with ``total=None`` the
-total is optimised too, ``"free total (<lp|qp|secant>): ..."``
-(:mod:`cvxdp.solvers.marginal.free_total`).  The solve leaves a graphical model on the
-constraint (``constraint.model``).
+squared losses -- handing over to an interior-point QP when its active set does not settle --
+an LP or interior-point QP for L1 and mixed ones); with ``total=None`` the total is optimised
+too (:mod:`cvxdp.solvers.marginal.free_total`): ``"free total (<lp|ipm|qp|zero>)"`` when the
+exact program over the cone (or ``mu = 0``) gave the answer before any mirror descent, else
+``"free total (<ipm|qp|secant>): "`` followed by the algorithm's route.  The solve leaves a
+graphical model on the constraint (``constraint.model``).
 """
 from __future__ import annotations
 
@@ -130,13 +132,14 @@ def _run(mp: MarginalPolytope, ext: MarginalExtraction, settings: Settings,
         info.update(total=total, total_given=False, total_start=res.info["total_start"],
                     total_bound=res.info["total_bound"], total_steps=res.info["total_steps"],
                     total_route=res.info["route"])
-        route = f"free total ({res.info['route']}): {route}"
+        route = f"free total ({res.info['route']})" + (f": {route}" if res.info["total_steps"] else "")
     else:
         res = md.solve(md.MarginalProblem(mp.tree, ext.loss, total), solver_settings,
                        theta0=theta0, step0=step0)
         info.update(total=total, total_given=True)
     polished = res.info.get("clique_tables") is not None
-    info.update(route=route + (" -> exact polish" if polished else ""),
+    ran_md = info.get("total_steps", 1) > 0        # mirror descent ran (always, for a given total)
+    info.update(route=route + (" -> exact polish" if polished and ran_md else ""),
                 abs_gap=res.info["abs_gap"], lipschitz=res.info["lipschitz"],
                 polish=res.info["polish"], polished=polished, junction_tree=mp.describe())
     return res, info, theta0 is not None

@@ -293,8 +293,8 @@ def test_highs_and_interior_point_agree_on_a_pure_l1_loss():
 def test_lp_rejects_what_it_does_not_cover():
     tree = JunctionTree([3, 2], [(0, 1)])
     l2 = MarginalLoss([LossTerm("l2", slice(0, 6), np.zeros(6), 1.0)], 6)
-    with pytest.raises(ValueError, match="no L1 term"):
-        LocalPolytopeLP(tree, l2, 5.0)
+    with pytest.raises(ValueError, match="LPs only"):       # a quadratic loss: the interior point
+        LocalPolytopeLP(tree, l2, 5.0).solve(method="highs")
     mixed = MarginalLoss([LossTerm("l2", slice(0, 6), np.zeros(6), 1.0),
                           LossTerm("l1", slice(0, 6), np.ones(6), 1.0)], 6)
     with pytest.raises(ValueError, match="LPs only"):

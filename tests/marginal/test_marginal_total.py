@@ -102,7 +102,7 @@ def test_the_total_is_optimised_not_the_appendix_e1_estimate():
         if abs(info["total_start"] - info["total"]) > 1e-3 * info["total"]:
             found += 1
             assert (info["total_steps"] > 1 and info["total_route"] == "secant") or \
-                info["total_route"] == "qp"
+                info["total_route"] in ("qp", "ipm")
             # the fixed appendix-E.1 total is strictly worse: the old answer is not optimal
             fixed = cp.Problem(prob.objective, [cvxdp.MarginalPolytope(mus, mp.domain,
                                                                        total=info["total_start"])])
@@ -187,16 +187,27 @@ def test_negative_measurements_give_the_empty_table(kind):
     assert mp.model is None
 
 
-def test_warm_start_resumes_at_the_optimised_total():
+def test_warm_start_resumes_at_the_optimised_total(monkeypatch):
     prob, mus, mp, n = instance(1, "l2", 6.0, n_records=10)
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, eps_rel=1e-9)
     first = prob.solver_stats.extra_stats["info"]
+    assert first["total_route"] == "ipm" and first["total_steps"] == 0
+    prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, eps_rel=1e-9)
+    again = prob.solver_stats.extra_stats["info"]
+    assert again["total_start"] == pytest.approx(first["total"], rel=1e-12)
+    assert again["total"] == pytest.approx(first["total"], rel=1e-9)
+    # the secant fallback (no exact program first) resumes from the previous model and total
+    monkeypatch.setattr(free_total._FreeTotalRun, "exact_first", lambda self: False)
+    prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, eps_rel=1e-9)
+    secant = prob.solver_stats.extra_stats["info"]
+    assert secant["total_route"] != "ipm" and secant["total_steps"] >= 1
     prob.solve(method="cvxdp", solver=cvxdp.MIRROR_DESCENT, eps_rel=1e-9)
     again = prob.solver_stats.extra_stats["info"]
     assert prob.solver_stats.extra_stats["warm_started"]
-    assert again["total_start"] == pytest.approx(first["total"], rel=1e-12)
+    assert again["total_start"] == pytest.approx(secant["total"], rel=1e-12)
     assert again["total_steps"] == 1
-    assert again["total"] == pytest.approx(first["total"], rel=1e-9)
+    assert again["total"] == pytest.approx(secant["total"], rel=1e-9)
+    assert again["total"] == pytest.approx(first["total"], rel=1e-7)     # the exact route's
 
 
 @pytest.mark.parametrize("kind", ["l2", "l1"])

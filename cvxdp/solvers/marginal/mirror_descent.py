@@ -40,7 +40,14 @@ each failed attempt) :mod:`cvxdp.solvers.marginal.polish` takes the model's junc
 finds the active set by primal-dual active-set rounds and returns the exact optimum; the
 max-product bound at that point is tight, and the run stops.  The polished point is kept only
 if its certified gap meets the tolerance (or the floor of double precision, then
-``optimal_inaccurate``).
+``optimal_inaccurate``).  The active-set rule can cycle (on optima with most cells empty it
+does, see :mod:`cvxdp.solvers.marginal.lp`); after the first attempt that does not certify, the
+run hands over, once, to the exact QP on the local polytope solved by the interior point of
+:mod:`cvxdp.solvers.marginal.lp` (certified by the same bound; if it fails, mirror descent goes on
+and the active-set polish is retried as before).  ``on_polish_failure`` chooses: ``"exact"``
+(that hand-over, the default), ``"stop"`` (end the run at once, ``optimal_inaccurate``: the
+free-total solve uses it to hand over its whole program instead of one per total) or
+``"retry"`` (only the retries).
 
 L1 tail.  With L1 (Laplace) terms the Huber-smoothed mirror descent and its Frank-Wolfe bound
 close slowly (gaps of 1e-4 .. 1e-1 after thousands of iterations).  At iteration
@@ -53,8 +60,8 @@ iterates, never assumed.  The solve is tried once (it does not depend on the ite
 above :data:`cvxdp.solvers.marginal.lp.MAX_LP_SIZE` columns, or if it fails, mirror descent
 goes on and ends with its measured gap (``optimal_inaccurate`` when it misses ``eps``).
 
-``SolverResult.duals`` after an exact L1 solve (count units; see
-:mod:`cvxdp.solvers.marginal.lp`): ``"local_nonneg"`` the multipliers ``s >= 0`` of the
+``SolverResult.duals`` after an exact solve of :mod:`cvxdp.solvers.marginal.lp` (L1, mixed, or
+the quadratic hand-over; count units): ``"local_nonneg"`` the multipliers ``s >= 0`` of the
 junction-tree cells ``x >= 0`` (flat, ``tree.cliques`` order, C order within a clique),
 ``"local_consistency"`` the multipliers ``nu`` of ``E x = e`` (separator rows of
 ``tree.preorder[1:]``, child minus parent, then the total row), with ``s = P^T g - E^T nu``,
@@ -81,6 +88,7 @@ from .gap import relative, within_tolerance
 __all__ = ["MirrorSettings", "MarginalProblem", "solve", "ALGORITHMS"]
 
 ALGORITHMS = ("accelerated", "mirror_descent", "dual_averaging")
+ON_POLISH_FAILURE = ("exact", "stop", "retry")
 
 _STEP_GROWTH = {"mirror_descent": 1.2, "accelerated": 1.5}   # after an accepted step (measured on Adult)
 _STEP_SHRINK = 0.5        # after a rejected trial
@@ -122,6 +130,11 @@ class MirrorSettings:
     # retried at twice the iteration of each failed attempt, the exact L1 solve is tried once
     polish: bool = True
     polish_start: int = 100
+    # quadratic losses, when an active-set polish attempt does not certify: "exact" hands over
+    # (once) to the interior-point QP of lp.py, "stop" ends the run at once (status
+    # optimal_inaccurate; the free-total solve then hands over its whole program), "retry"
+    # only retries the polish later
+    on_polish_failure: str = "exact"
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
@@ -135,6 +148,9 @@ class MirrorSettings:
             raise ValueError("max_iters must be >= 0 and check_every >= 1")
         if int(self.polish_start) < 0:
             raise ValueError(f"polish_start must be >= 0, got {self.polish_start}")
+        if self.on_polish_failure not in ON_POLISH_FAILURE:
+            raise ValueError(f"on_polish_failure must be one of {ON_POLISH_FAILURE}, "
+                             f"got {self.on_polish_failure!r}")
         if self.step is not None and not (self.step > 0 and math.isfinite(self.step)):
             raise ValueError(f"step must be a positive finite number, got {self.step}")
 
@@ -257,6 +273,7 @@ class _Run:
         self.polish_log: list[dict] = []
         self.duals: dict[str, np.ndarray] = {}
         self.lp_fallback: list[tuple[float, LPResult]] = []
+        self.exact_tried = False              # the exact program of lp.py (tried once)
 
     # ---------------------------------------------------------------- the certificate
     def converged(self, f_exact: float, gap: float) -> bool:
@@ -293,13 +310,19 @@ class _Run:
 
     def certify(self, f_smooth: float, lams, step: float) -> tuple[str | None, dict, float]:
         """A convergence check: :meth:`check`, then, when it is due, a polish attempt
-        (:meth:`try_polish` for a quadratic loss, :meth:`try_lp_polish` with L1 terms).
+        (:meth:`try_polish` for a quadratic loss, then as ``on_polish_failure`` says when it
+        fails; :meth:`try_lp_polish` at once with L1 terms).
         Returns ``(status to stop with or None, row, certified gap)``."""
         row, f_exact, gap = self.check(f_smooth, lams, step)
         if self.converged(f_exact, gap):
             return R.OPTIMAL, row, gap
         if self.polish_at is not None and self.it >= self.polish_at:
-            status = self.try_polish(self.theta) if self.loss.smooth else self.try_lp_polish()
+            status = self.try_polish(self.theta) if self.loss.smooth else None
+            then = self.settings.on_polish_failure if self.loss.smooth else "exact"
+            if status is None and then == "stop":
+                status = R.OPTIMAL_INACCURATE
+            elif status is None and then == "exact" and not self.exact_tried:
+                status = self.try_lp_polish()
             if status is not None:
                 return status, row, gap
         return None, row, gap
@@ -459,24 +482,33 @@ class _Run:
                            f"{pol.residual:.1e}")
 
     def try_lp_polish(self) -> str | None:
-        """The exact solve of an L1 / mixed loss (:mod:`cvxdp.solvers.marginal.lp`), once:
-        the status to stop with, or ``None`` (mirror descent goes on; a bound found is kept)."""
+        """The exact solve of the loss on the local polytope (:mod:`cvxdp.solvers.marginal.lp`:
+        an LP / interior-point QP with L1 terms, the interior point for a quadratic loss whose
+        active-set polish failed), once: the status to stop with, or ``None`` (mirror descent
+        goes on; a bound found is kept).  With L1 terms it is the only finish, so it gets at
+        least ``_LP_MIN_SECONDS``; a quadratic loss keeps its active-set retries, and the
+        interior point gets the polish budget (``_POLISH_MIN_SECONDS``, or twice the time so
+        far)."""
         loss, P, it = self.loss, self.problem, self.it
-        self.polish_at = None
+        self.exact_tried = True
+        what, kind = ("exact QP solve", "ipm") if loss.smooth else ("exact L1 solve", "lp")
+        if not loss.smooth:
+            self.polish_at = None
         t0 = time.perf_counter()
-        budget = max(_LP_MIN_SECONDS, _POLISH_TIME_RATIO * (t0 - self.t_start))
-        entry = dict(iter=it, seconds=0.0, rounds=None, gap=None, kind="lp")
+        floor = _POLISH_MIN_SECONDS if loss.smooth else _LP_MIN_SECONDS
+        budget = max(floor, _POLISH_TIME_RATIO * (t0 - self.t_start))
+        entry = dict(iter=it, seconds=0.0, rounds=None, gap=None, kind=kind)
         self.polish_log.append(entry)
         try:
             lp = LocalPolytopeLP(P.tree, loss, self.total)
         except ValueError as exc:                      # above MAX_LP_SIZE
             entry.update(seconds=time.perf_counter() - t0, skipped=str(exc))
-            self.table.footer(f"exact L1 solve skipped: {exc}; mirror descent continues")
+            self.table.footer(f"{what} skipped: {exc}; mirror descent continues")
             return None
         pol = lp.solve(deadline=min(t0 + budget, self.t_start + self.settings.time_limit))
         entry["seconds"] = time.perf_counter() - t0
         if pol is None:
-            self.table.footer(f"exact L1 solve at iteration {it} failed ({entry['seconds']:.2f} s); "
+            self.table.footer(f"{what} at iteration {it} failed ({entry['seconds']:.2f} s); "
                               f"mirror descent continues")
             return None
         f_p = loss.value(pol.mu)
@@ -490,18 +522,18 @@ class _Run:
                      solver_bound=pol.dual_bound, certified_bound=lb_p, repaired=pol.repaired)
         ok = self.converged(f_p, gap_p)
         if not ok and gap_p > _POLISH_FLOOR * abs(f_p):
-            self.table.footer(f"exact L1 solve ({pol.method}) at iteration {it}: certified gap "
+            self.table.footer(f"{what} ({pol.method}) at iteration {it}: certified gap "
                               f"{entry['gap']:.1e}; mirror descent continues")
             self.lp_fallback.append((f_p, pol))        # returned if mirror descent ends worse
             return None
         self.keep_lp(pol)
         return self.finish(f_p, entry["gap"], ok,
-                           f"exact L1 solve ({pol.method}) at iteration {it}: {pol.iterations} "
+                           f"{what} ({pol.method}) at iteration {it}: {pol.iterations} "
                            f"iterations, {entry['seconds']:.2f} s, consistency residual "
                            f"{pol.residual:.1e}")
 
     def keep_lp(self, pol: LPResult) -> None:
-        """Take the exact L1 / mixed solve's point and its multipliers as the result."""
+        """Take the exact solve's point and its multipliers as the result."""
         self.polished, self.mu = pol, pol.mu
         self.duals.update(lp_duals(pol))
 
@@ -524,7 +556,7 @@ class _Run:
         if (self.polished is None and self.lp_fallback and status != R.OPTIMAL
                 and self.lp_fallback[0][0] < loss.value(self.mu)):
             self.keep_lp(self.lp_fallback[0][1])   # an uncertified exact solve beats the last iterate
-            self.table.footer("the exact L1 solve's point has the lower loss: it is returned")
+            self.table.footer("the exact solve's point has the lower loss: it is returned")
         polished = self.polished
         model_theta = None if polished is not None else self.theta
         f_final = loss.value(self.mu)
