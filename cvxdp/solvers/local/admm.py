@@ -54,6 +54,7 @@ from . import newton as newton_steps
 from . import proximal as proximal_steps
 from . import reduce
 from .polish import polish
+from ..residual.repair import RepairSchedule
 from .repair import MarginFitter, SetRepair, mix
 from .tau import TAU_STEPS as _TAU_STEPS, per_cell as _per_cell, tau_bisect as _tau, \
     tau_root as _tau_root
@@ -80,9 +81,6 @@ _RHO_RANGE = (1e-6, 1e6)
 _RHO_UPDATES = 20
 # the certificate (one bisection pass) runs every this many convergence checks
 _CERTIFY_EVERY = 5
-# the set-by-set repair (about 15 ADMM iterations' time on Adult's three-way marginals) may
-# take at most this fraction of the time so far, besides one on the last iterate
-_SET_SHARE = 0.25
 # conjugate-gradient steps and relative tolerance of the x-update with coupled rows
 _CG_STEPS = 50
 _CG_TOL = 1e-14
@@ -163,8 +161,8 @@ class _Run:
         self.last_gap = math.inf
         self.fitter = MarginFitter(G)
         self.sets: SetRepair | None = None   # built at its first use
-        self.it, self.t0 = 0, time.perf_counter()
-        self.repair_time, self.last_repair, self.repaired_at = 0.0, 0.0, 0
+        self.it = 0
+        self.schedule = RepairSchedule(time.perf_counter(), s.time_limit)
         self.polish_info = {"attempts": 0, "cg_steps": 0}
         self.route = ""                  # what ran: "dual Newton", "ADMM", ... (info["route"])
         self.newton_info: dict | None = None
@@ -261,7 +259,7 @@ class _Run:
                 return self.result(status, done)
         self.route = self.route + " -> ADMM" if self.route else "ADMM"
         status, it, checks = None, 0, 0
-        self.t0 = t0
+        self.schedule.t0 = t0
         for it in range(1, s.max_iters + 1):
             self.step()
             if it % s.check_every and it < s.max_iters:
@@ -367,16 +365,11 @@ class _Run:
 
     def repair_by_sets(self, final: bool = False) -> None:
         """The iterate repaired set by set (:class:`~cvxdp.solvers.local.repair.SetRepair`)
-        as a candidate point: at a check when the iterations have doubled since the last
-        one and the repairs have taken at most ``_SET_SHARE`` of the time, and once at the
-        end (``final``) if the last one was not at this iterate; never past ``time_limit`` as
-        far as the last repair's duration tells."""
-        now = time.perf_counter()
-        due = self.it != self.repaired_at if final else (
-            self.it >= 2 * self.repaired_at and self.repair_time <= _SET_SHARE * (now - self.t0))
-        # time_limit holds: no repair that the last one's duration says would cross it
-        if not due or now - self.t0 + self.last_repair > self.s.time_limit:
+        as a candidate point, when its
+        :class:`~cvxdp.solvers.residual.repair.RepairSchedule` says so."""
+        if not self.schedule.due(self.it, final):
             return
+        started = time.perf_counter()
         if self.sets is None:
             self.sets = SetRepair(self.p.graph)
         pt = self.sets(self.x, self.p.total)
@@ -384,9 +377,7 @@ class _Run:
             f = self.p.loss.value(pt)
             if f < self.best[0]:
                 self.best = (f, pt)
-        self.repaired_at = self.it
-        self.last_repair = time.perf_counter() - now
-        self.repair_time += self.last_repair
+        self.schedule.done(self.it, started)
 
     def bound_at(self, lam: np.ndarray, point: np.ndarray, value: float) -> float:
         """The lower bound at a per-cell multiplier (no coupled rows); for a free total, given

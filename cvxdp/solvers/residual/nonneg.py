@@ -25,7 +25,8 @@ ADMM on ``v = B u``, ``v >= 0`` has closed-form steps, each a few passes over th
 (P_A B_A^T y)^T z_A)`` bounds the optimum from below (the ADMM gives ``y = max(0, -lam)``); a
 feasible point comes from the iterate repaired set by set (:mod:`.repair`: each set's own
 component mixed with a proportional fit of its table), then mixed with the uniform table
-(``mu_C = N / cells``) just enough to be non-negative.  With the total known, ``u_{}`` is held at it.  The minimiser of
+(``mu_C = N / cells``) just enough to be non-negative.  With the total known, ``u_{}`` is
+held at it.  The minimiser of
 that Lagrangian, ``u = z + P B^T y / w`` (``info["dual_components"]``), gives the local
 polytope's multiplier in clique space: minus the loss's gradient there, whose Lagrangian bound
 is at least this one (``B^T`` of that gradient is ``B^T y``, and ``y^T B t >= 0`` on the
@@ -43,7 +44,7 @@ import numpy as np
 
 from .. import result as R
 from .._table import IterationTable
-from .repair import repair
+from .repair import RepairSchedule, repair
 
 __all__ = ["CliqueResiduals", "NonnegSettings", "solve", "ROUTE"]
 
@@ -57,10 +58,6 @@ _POLISH_GAP = 1e-3
 # the polish runs once fewer than this fraction of the cells changed between zero and not
 # since the previous check (the face has settled)
 _SETTLED = 1e-4
-# the set-by-set repair of the feasible point (:mod:`.repair`; on Adult's three-way marginals
-# it costs about 15 iterations) may take at most this fraction of the time so far, besides the
-# one at the end; the uniform mixture alone is tried at every check
-_REPAIR_SHARE = 0.25
 # residual balancing: rho changes when one residual is this many times the other
 _BALANCE = 10.0
 _RHO_RANGE = (1e-8, 1e8)
@@ -189,9 +186,7 @@ class _Run:
         self.masks: list | None = None           # the cells held at zero at the last check
         self.history: list[dict] = []
         self.table = IterationTable(_COLUMNS, s.verbose)
-        self.t0 = time.perf_counter()
-        self.repair_time = self.last_repair = 0.0
-        self.repaired_at = 0
+        self.schedule = RepairSchedule(time.perf_counter(), s.time_limit)
 
     def objective(self, u) -> float:
         return float(sum(0.5 * wj * np.sum((uj - zj) ** 2) for uj, zj, wj in zip(u, self.z, self.w)))
@@ -232,22 +227,15 @@ class _Run:
             self.mix_uniform(u, N)
 
     def repair(self, it: int, final: bool = False) -> None:
-        """The iterate repaired set by set (:mod:`.repair`), then mixed: at the first check,
-        then each time the iterations have doubled while the repairs' time share allows, and
-        once at the end (``final``) if the last one was not at this iterate; never past
-        ``time_limit`` as far as the last repair's duration tells."""
-        now = time.perf_counter()
-        due = it != self.repaired_at if final else (
-            it >= 2 * self.repaired_at and self.repair_time <= _REPAIR_SHARE * (now - self.t0))
-        # time_limit holds: no repair that the last one's duration says would cross it
-        due = due and now - self.t0 + self.last_repair <= self.s.time_limit
+        """The iterate repaired set by set (:mod:`.repair`), then mixed, when its
+        :class:`~.repair.RepairSchedule` says so (the uniform mixture is tried at every
+        check)."""
         N = float(self.u[self.empty]) if self.total is None else float(self.total)
-        if not (due and N > 0):
+        if not (N > 0 and self.schedule.due(it, final)):
             return
+        started = time.perf_counter()
         self.mix_uniform(repair(self.st, self.u, N), N)
-        self.repaired_at = it
-        self.last_repair = time.perf_counter() - now
-        self.repair_time += self.last_repair
+        self.schedule.done(it, started)
 
     def mix_uniform(self, u: list[np.ndarray], N: float) -> None:
         """``u`` mixed with the uniform table (``mu_C = N / cells``) just enough to be
