@@ -74,10 +74,23 @@ def residual(m: Measurement, x: cp.Expression, space: str | None = None) -> cp.E
     if space == "data":
         if x.size != nq:
             raise ValueError(f"x has {x.size} entries, queries have {nq} columns")
-        return m.queries @ x - m.answers
+        return m.queries @ x - noisy_answers(m)
     if x.size != mq:
         raise ValueError(f"x has {x.size} entries, the measurement has {mq} answers")
-    return x - m.answers
+    return x - noisy_answers(m)
+
+
+#: the attribute of a cvxpy ``Constant`` of noisy answers that holds its ``Measurement``
+NOISE_TAG = "_cvxdp_measurement"
+
+
+def noisy_answers(m: Measurement) -> cp.Constant:
+    """The answers as a cvxpy ``Constant`` that remembers their measurement (its noise family
+    and scale), so that ``cvxdp.error_bars`` can find the noisy data of a model and re-draw
+    it; the solvers read it as any other constant."""
+    c = cp.Constant(m.answers)
+    setattr(c, NOISE_TAG, m)
+    return c
 
 
 def laplace(r: cp.Expression, scale) -> cp.Expression:

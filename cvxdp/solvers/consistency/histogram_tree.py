@@ -135,7 +135,8 @@ def _consistency_rows(A: sp.csr_matrix, b: np.ndarray, n: int, k: int):
     kid_entries = sel & ~is_head
     head_unit = np.full(A.shape[0], -1, dtype=np.int64)
     head_unit[entry_row[head_entries]] = A.indices[head_entries] % n
-    kids_unit = A.indices[kid_entries] % n
+    # int64: scipy's int32 indices would overflow in kids_unit * n for n > 46,340 units
+    kids_unit = A.indices[kid_entries].astype(np.int64) % n
     kids_parent = head_unit[entry_row[kid_entries]]
     key = np.unique(kids_unit * n + kids_parent)
     pairs = np.stack([key // n, key % n], axis=1)

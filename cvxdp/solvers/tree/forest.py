@@ -341,6 +341,7 @@ class TreeLSQ:
             kself = 1.0 / a                    # inf for unmeasured, 0 for fixed
         cself, kappa, kchild = self._upward(kself)
         share = self._shares(kappa, kchild)
+        self._kappa, self._share = kappa, share        # for variances()
         # Per-level coefficients collapse to scalars when uniform (unit weights on a
         # complete tree): scalar multiplies and strided adds keep project() cheap.
         self._c_level = [None]
@@ -406,6 +407,27 @@ class TreeLSQ:
                 sh[infp] = np.where(np.isinf(kk[infp]), 1.0 / n_inf[infp], 0.0)
             share[s:e] = sh
         return share
+
+    def variances(self) -> np.ndarray | None:
+        """Each node's variance in the projection of noisy values of variances ``1 / a_v``
+        (original order), or ``None`` if some node is unmeasured (an infinite ``kappa``).
+
+        The Rauch-Tung-Striebel smoother on the tree, scalar: at a root ``C = kappa``; a
+        child ``c`` of ``p`` takes ``share_c = kappa_c / kchild_p`` of its parent's
+        correction, so ``C_c = kappa_c - share_c kappa_c + share_c^2 C_p`` (the scalar case
+        of :meth:`cvxdp.solvers.tree.gls.TreeGLS.covariances`)."""
+        f = self.forest
+        kappa, share = self._kappa, self._share
+        if not np.all(np.isfinite(kappa)):
+            return None
+        C = np.empty(f.n)
+        C[f.level_bounds[0]:f.level_bounds[1]] = kappa[f.level_bounds[0]:f.level_bounds[1]]
+        for d in range(1, f.n_levels):
+            s, e = f.level_bounds[d], f.level_bounds[d + 1]
+            Cp = f._expand(d, C[f._parent_slices[d]])
+            sh, kk = share[s:e], kappa[s:e]
+            C[s:e] = kk - sh * kk + sh * sh * Cp
+        return f._from_bfs(C)
 
     def project(self, v: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """The weighted projection of ``v`` onto ``{x : x_p = sum_c x_c + b_p}``."""

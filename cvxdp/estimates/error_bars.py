@@ -1,0 +1,266 @@
+"""Standard errors and confidence intervals for post-processed answers.
+
+After ``prob.solve(...)``, ``cvxdp.error_bars(prob, queries=...)`` quantifies the noise of
+linear queries ``q^T x`` of the solution (default: every entry of the variables).  The
+noisy data of the model and its noise are known from its :class:`cvxdp.Measurement`\\ s (or
+named with ``noise=`` for plain spellings), so:
+
+* ``method="exact"``: where the estimate is linear in the noisy answers (squared losses,
+  linear equalities, no inequality active: the generalised least-squares estimate), each
+  query's variance follows from the sandwich formula ``Var(q^T xhat) = g^T Sigma g`` with
+  ``g`` the gradient of ``q^T xhat`` in the answers (:mod:`.exact_errors`); intervals are
+  ``estimate +- z_{(1+level)/2} std_err``, exact for Gaussian noise.
+* ``method="bootstrap"``: the parametric bootstrap for any model cvxdp solves (``x >= 0``,
+  L1 losses, order constraints, the local polytope, pipelines through a callable query):
+  ``draws`` releases are simulated from the fitted answers with each measurement's own noise
+  family and scale, the model is re-solved for each (through :func:`cvxdp.solve_many`, on
+  Dask when given ``client=`` / ``scheduler=`` / ``workers=``, warm-started), and the
+  spread of the re-estimated queries gives the standard error; intervals are
+  ``"percentile"`` (the draws' quantiles), ``"basic"`` (reflected about the estimate:
+  ``2 estimate - quantiles``), ``"bc"`` (bias-corrected percentile, Efron 1981) or
+  ``"normal"``.
+* ``method="auto"``: exact when the model has no inequality at all and is linear, the
+  bootstrap otherwise; the result's ``method`` says which ran.
+
+A :class:`cvxdp.histograms.GLSResult` (the national-hierarchy GLS, which already carries
+exact variances) is accepted too: its cells' intervals.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from ..modelling.histograms import GLSResult
+from ..names import NAMES
+from .exact_errors import NotLinear, active_inequalities, exact_variances
+from .noise import NoiseSource, find_noise, fit_sources, substitute
+from .queries import QuerySet, query_set, stacked_values
+
+__all__ = ["ErrorBars", "error_bars"]
+
+_METHODS = ("auto", "exact", "bootstrap")
+_INTERVALS = ("normal", "percentile", "basic", "bc")
+
+
+@dataclass(frozen=True)
+class ErrorBars:
+    """Standard errors and ``level`` confidence intervals of queries of a solution.
+
+    ``estimate``, ``std_err``, ``lower``, ``upper``: one entry per query (the variable's
+    shape for ``queries=None`` on one variable); ``method`` ``"exact"`` or
+    ``"bootstrap"``; ``interval`` the interval's construction; ``draws`` the bootstrap
+    draws used (0 for exact) and ``failed`` those whose re-solve did not end optimal
+    (excluded); ``samples`` the re-estimated queries ``(draws, queries)`` of the bootstrap;
+    ``route`` how the exact variances were computed; ``wall_time`` in seconds."""
+
+    estimate: np.ndarray
+    std_err: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    level: float
+    method: str
+    interval: str
+    draws: int = 0
+    failed: int = 0
+    samples: np.ndarray | None = None
+    route: str = ""
+    wall_time: float = 0.0
+
+    def __repr__(self) -> str:
+        k = int(np.size(self.estimate))
+        extra = f", {self.draws} draws ({self.failed} failed)" if self.method == "bootstrap" else \
+            f", {self.route}"
+        return (f"ErrorBars({k} queries, {self.method}{extra}, {self.interval} "
+                f"{self.level:.0%} intervals, median std_err {np.median(self.std_err):.4g})")
+
+
+def _checked(level, method, draws, interval) -> None:
+    if not isinstance(level, (int, float)) or not (0.0 < float(level) < 1.0) or math.isnan(level):
+        raise ValueError(f"error_bars: level must lie strictly between 0 and 1, got {level!r}")
+    if method not in _METHODS:
+        raise ValueError(f"error_bars: method must be one of {_METHODS}, got {method!r}")
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 2:
+        raise ValueError(f"error_bars: draws must be an integer >= 2, got {draws!r}")
+    if interval is not None and interval not in _INTERVALS:
+        raise ValueError(f"error_bars: interval must be one of {_INTERVALS}, got {interval!r}")
+
+
+def error_bars(prob, queries=None, level: float = 0.9, method: str = "auto", draws: int = 200,
+               rng=None, client=None, *, noise=None, interval: str | None = None,
+               solver: str | None = None, scheduler=None, workers: int | None = None,
+               **solve_options) -> ErrorBars:
+    """Standard errors and confidence intervals of linear queries of ``prob``'s solution.
+
+    Parameters
+    ----------
+    prob : a solved ``cp.Problem`` (or a :class:`cvxdp.histograms.GLSResult`).
+    queries : ``None`` (every entry of the variables), a matrix over the variables' entries
+        (C order, as ``x.value.ravel()``), an affine cvxpy expression, or (bootstrap only) a
+        callable ``f(prob) -> array`` evaluated after each re-solve.
+    level : nominal coverage of the intervals.
+    method : ``"auto"``, ``"exact"`` or ``"bootstrap"`` (module docstring).
+    draws, rng : the bootstrap's number of simulated releases and its random generator (or
+        seed).
+    client, scheduler, workers : run the bootstrap's re-solves on Dask
+        (:func:`cvxdp.solve_many`).
+    noise : the noisy data of a plain-spelling model and its noise:
+        ``{y_parameter: ("laplace", b)}`` or ``[(y_array, cvxdp.Measurement(...)), ...]``;
+        models built with :func:`cvxdp.nll` know theirs.
+    interval : ``"normal"`` (exact's only), ``"percentile"`` (bootstrap default), ``"basic"``,
+        ``"bc"``.
+    solver, solve_options : how the bootstrap re-solves (default: the solver of the last
+        solve); e.g. ``solver=cvxdp.ADMM, eps_rel=1e-5``.
+
+    Returns an :class:`ErrorBars`.  ``ValueError`` names a bad argument; ``method="exact"``
+    on an estimate that is not linear in the data says why and suggests the bootstrap.
+    """
+    t0 = time.perf_counter()
+    _checked(level, method, draws, interval)
+    if isinstance(prob, GLSResult):
+        return _from_gls(prob, queries, float(level), method, interval, t0)
+    if not isinstance(prob, cp.Problem):
+        raise TypeError(f"error_bars: prob must be a solved cvxpy Problem, got {type(prob).__name__}")
+    if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        raise ValueError(f"error_bars: the problem's status is {prob.status!r}: solve it to "
+                         "optimality first")
+    variables = prob.variables()
+    z = stacked_values(variables)
+    qs = query_set(queries, variables)
+    sources = find_noise(prob, noise)
+    est = qs.values(prob, z)
+    if method != "bootstrap":
+        done = _exact(prob, sources, qs, est, float(level), method, interval, t0)
+        if done is not None:
+            return done
+    fit_sources(prob, sources)
+    return _bootstrap(prob, sources, qs, est, float(level), int(draws), rng,
+                      interval or "percentile", dict(client=client, scheduler=scheduler,
+                                                     workers=workers), solver, solve_options, t0)
+
+
+def _exact(prob, sources, qs, est, level, method, interval, t0) -> ErrorBars | None:
+    """The exact error bars, or ``None`` when ``auto`` should take the bootstrap."""
+    if interval not in (None, "normal"):
+        if method == "exact":
+            raise ValueError(f"error_bars: exact intervals are normal, got interval={interval!r}")
+        return None
+    if method == "auto" and active_inequalities(prob)[0] > 0:
+        return None                 # not linear in the data away from this release
+    if method == "auto" and any(s.family != "gaussian" for s in sources):
+        return None                 # exact variances, but the normal interval is not exact
+    try:
+        var, route = exact_variances(prob, sources, qs)
+    except NotLinear as err:
+        if method == "exact":
+            raise ValueError(f"error_bars: method='exact' does not apply: {err}") from None
+        return None
+    se = np.sqrt(np.maximum(var, 0.0))
+    zq = float(ndtri(0.5 + level / 2.0))
+    return ErrorBars(qs.shaped(est), qs.shaped(se), qs.shaped(est - zq * se),
+                     qs.shaped(est + zq * se), level, "exact", "normal", route=route,
+                     wall_time=time.perf_counter() - t0)
+
+
+def _from_gls(res: GLSResult, queries, level, method, interval, t0) -> ErrorBars:
+    if queries is not None:
+        raise ValueError("error_bars: a GLSResult gives its cells' error bars (queries=None)")
+    if method == "bootstrap" or interval not in (None, "normal"):
+        raise ValueError("error_bars: a GLSResult has exact variances only (method 'exact' or "
+                         "'auto', normal intervals)")
+    if not np.all(np.isfinite(res.cell_variance)):
+        raise ValueError("error_bars: the GLSResult was computed without variances "
+                         "(cvxdp.histograms.gls(..., variances=True))")
+    se = np.sqrt(np.maximum(res.cell_variance, 0.0))
+    zq = float(ndtri(0.5 + level / 2.0))
+    return ErrorBars(res.x.copy(), se, res.x - zq * se, res.x + zq * se, level, "exact", "normal",
+                     route="tree GLS variances", wall_time=time.perf_counter() - t0)
+
+
+def _default_solver(prob: cp.Problem, solver):
+    if solver is not None:
+        return solver
+    name = getattr(prob.solver_stats, "solver_name", None) if prob.solver_stats else None
+    if name in NAMES or name in cp.installed_solvers():
+        return name
+    return None
+
+
+def _bootstrap(prob, sources: list[NoiseSource], qs: QuerySet, est, level, draws, rng, interval,
+               where: dict, solver, solve_options, t0) -> ErrorBars:
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    params = {id(lf): cp.Parameter(s.shape, name=f"noisy{i}")
+              for i, s in enumerate(sources) for lf in s.leaves[:1]}
+    for s in sources:
+        for lf in s.leaves[1:]:
+            params[id(lf)] = params[id(s.leaves[0])]
+    template, _ = substitute(prob, params)
+    values = [{params[id(s.leaves[0])]: s.draw(gen) for s in sources} for _ in range(draws)]
+    opts = dict(solve_options)
+    chosen = _default_solver(prob, solver)
+    if chosen is not None:
+        opts["solver"] = chosen
+    samples, failed = _solve_draws(prob, template, values, qs, where, opts)
+    if samples.shape[0] < 2:
+        raise ValueError(f"error_bars: only {samples.shape[0]} of {draws} bootstrap re-solves "
+                         "ended optimal")
+    se = samples.std(axis=0, ddof=1)
+    lo, hi = _interval(samples, est, se, level, interval)
+    return ErrorBars(qs.shaped(est), qs.shaped(se), qs.shaped(lo), qs.shaped(hi), level,
+                     "bootstrap", interval, draws=samples.shape[0], failed=failed,
+                     samples=samples, wall_time=time.perf_counter() - t0)
+
+
+def _solve_draws(prob, template, values, qs: QuerySet, where: dict, opts) -> tuple[np.ndarray, int]:
+    """The queries at each draw's re-solve ``(ok draws, k)`` and the number that failed;
+    the caller's variable values and duals are restored afterwards."""
+    variables = prob.variables()
+    saved = [v.value for v in variables]
+    duals = [c.dual_value for c in prob.constraints]
+    rows, failed = [], 0
+    try:
+        for vals in values:           # TEMPORARY sequential loop until solve_many lands
+            for p, val in vals.items():
+                p.value = val
+            try:
+                template.solve(method="cvxdp", warm_start=True, **opts)
+            except Exception:
+                failed += 1
+                continue
+            if template.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+                failed += 1
+                continue
+            rows.append(qs.values(prob, stacked_values(variables)))
+    finally:
+        for v, val in zip(variables, saved):
+            v.value = val
+        for c, d in zip(prob.constraints, duals):
+            if d is not None:
+                c.save_dual_value(d)
+    k = rows[0].size if rows else 0
+    return (np.vstack(rows) if rows else np.zeros((0, k))), failed
+
+
+def _interval(samples: np.ndarray, est: np.ndarray, se: np.ndarray, level: float, kind: str):
+    a = (1.0 - level) / 2.0
+    if kind == "normal":
+        zq = float(ndtri(1.0 - a))
+        return est - zq * se, est + zq * se
+    if kind == "percentile":
+        return np.quantile(samples, a, axis=0), np.quantile(samples, 1.0 - a, axis=0)
+    if kind == "basic":
+        return (2.0 * est - np.quantile(samples, 1.0 - a, axis=0),
+                2.0 * est - np.quantile(samples, a, axis=0))
+    B = samples.shape[0]                         # "bc": Efron's bias-corrected percentile
+    below = (np.sum(samples < est, axis=0) + 0.5 * np.sum(samples == est, axis=0)) / B
+    z0 = ndtri(np.clip(below, 0.5 / B, 1.0 - 0.5 / B))
+    lo_p, hi_p = ndtr(2.0 * z0 + ndtri(a)), ndtr(2.0 * z0 + ndtri(1.0 - a))
+    srt = np.sort(samples, axis=0)
+    cols = np.arange(samples.shape[1])
+    lo_i = np.clip(np.floor(lo_p * (B - 1)).astype(int), 0, B - 1)
+    hi_i = np.clip(np.ceil(hi_p * (B - 1)).astype(int), 0, B - 1)
+    return srt[lo_i, cols], srt[hi_i, cols]

@@ -1,0 +1,157 @@
+"""Exact standard errors where the estimate is linear in the noisy data.
+
+The estimate of a model of the consistency family (squared losses, linear equalities; no
+inequality active at the solution) is linear in the noisy answers.  To read that linear map
+off the model, each noise source's leaves are replaced by a new variable ``a`` fixed by
+``a == answers``: recognising that problem gives the loss rows over ``(x, a)``, i.e. ``M``
+over ``x`` and ``-P`` over ``a`` (``y = P a + p``), and the equality rows over ``(x, a)``
+(answers inside the constraints, e.g. ``sum(x) == sum(y)``).  Then
+:class:`cvxdp.solvers.consistency.covariance.KKTVariances` gives each query's variance by
+the sandwich formula, or, for every cell of a histogram tree with maximum-likelihood
+weights, :func:`~cvxdp.solvers.consistency.covariance.tree_cell_variances` in two passes.
+"""
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+
+from ..errors import NotRecognised
+from ..recognise.consistency import recognise
+from ..solvers.consistency import histogram_tree
+from ..solvers.consistency.covariance import KKTVariances, proportional_noise, tree_cell_variances
+from ..solvers.consistency.problem import ConsistencyData
+from .noise import NoiseSource, substitute
+from .queries import QuerySet
+
+__all__ = ["NotLinear", "exact_variances", "active_inequalities"]
+
+
+class NotLinear(ValueError):
+    """The estimate is not linear in the noisy data (exact error bars do not apply)."""
+
+
+def active_inequalities(prob: cp.Problem, tol: float = 1e-7) -> tuple[int, int]:
+    """``(inequality rows, active ones)`` at the current solution: constraints ``<=`` /
+    ``>=`` and variable bounds (``nonneg=True``, ``bounds=``) within ``tol`` (relative) of
+    equality."""
+    rows = active = 0
+    for c in prob.constraints:
+        if isinstance(c, (cp.constraints.Inequality, cp.constraints.NonNeg,
+                          cp.constraints.NonPos)):
+            r = getattr(c, "expr", None)
+            val = np.asarray(r.value if r is not None else c.args[0].value, dtype=float)
+            if isinstance(c, cp.constraints.NonNeg):
+                val = -val
+            rows += val.size
+            active += int(np.sum(val >= -tol * max(1.0, float(np.abs(val).max(initial=0)))))
+    for v in prob.variables():
+        val = np.asarray(v.value, dtype=float)
+        scale = tol * max(1.0, float(np.abs(val).max(initial=0)))
+        if v.attributes.get("nonneg") or v.attributes.get("pos"):
+            rows += v.size
+            active += int(np.sum(val <= scale))
+        if v.attributes.get("nonpos") or v.attributes.get("neg"):
+            rows += v.size
+            active += int(np.sum(val >= -scale))
+        b = v.attributes.get("bounds")
+        if b is not None:
+            for bound, sign in zip(b, (1.0, -1.0)):
+                if bound is None:
+                    continue
+                bv = np.broadcast_to(np.asarray(getattr(bound, "value", bound), dtype=float), v.shape)
+                fin = np.isfinite(bv)
+                rows += int(fin.sum())
+                active += int(np.sum(fin & (sign * (val - bv) <= scale)))
+    return rows, active
+
+
+def exact_variances(prob: cp.Problem, sources: list[NoiseSource], qs: QuerySet) -> tuple[np.ndarray, str]:
+    """``(variances of the queries, route)``; :class:`NotLinear` when the model is not a
+    linear estimate of its noisy data (not of the consistency family, an absolute loss,
+    an active inequality, order constraints)."""
+    if qs.func is not None:
+        raise NotLinear("a callable query is not linear in the solution: use the bootstrap")
+    rows, active = active_inequalities(prob)
+    if active:
+        raise NotLinear(f"{active} of {rows} inequality rows are active at the solution: the "
+                        "estimate is not linear in the data there (use the bootstrap)")
+    fixed = {id(lf): cp.Variable(s.shape, name=f"_noise{i}")
+             for i, s in enumerate(sources) for lf in s.leaves}
+    noise_vars, extra = [], []
+    for i, s in enumerate(sources):
+        v = fixed[id(s.leaves[0])]
+        for lf in s.leaves[1:]:
+            fixed[id(lf)] = v
+        noise_vars.append(v)
+        extra.append(v == np.asarray(s.leaves[0].value, dtype=float))
+    aug, _ = substitute(prob, fixed, extra)
+    try:
+        ext = recognise(aug)
+    except NotRecognised as err:
+        raise NotLinear(f"the model is not a least-squares estimate with linear constraints "
+                        f"({err})") from None
+    data = ext.data
+    if np.any(data.w1 > 0):
+        raise NotLinear("the model has an absolute (L1) loss: the estimate is not linear in the data")
+    if data.has_chains:
+        raise NotLinear("the model has order constraints: use the bootstrap")
+    return _variances(prob, ext, noise_vars, extra, sources, qs)
+
+
+def _columns(ext, variables: list) -> np.ndarray:
+    off = ext.linearizer.offsets
+    return np.concatenate([off[v.id] + np.arange(v.size) for v in variables]) \
+        if variables else np.zeros(0, dtype=np.int64)
+
+
+def _variances(prob, ext, noise_vars, extra, sources, qs: QuerySet):
+    data = ext.data
+    xvars = prob.variables()
+    xcol, acol = _columns(ext, xvars), _columns(ext, noise_vars)
+    fix_ids = {c.id for c in extra}
+    M = data.M.tocsc()
+    Mx, P = M[:, xcol].tocsr(), -M[:, acol].tocsr()
+    keep = np.ones(0 if data.A is None else data.A.shape[0], dtype=bool)
+    for con, lo, hi in ext.eq_blocks:
+        if con.id in fix_ids:
+            keep[lo:hi] = False
+    if data.A is not None and keep.any():
+        A = data.A.tocsr()[np.flatnonzero(keep)].tocsc()
+        Ax, N = A[:, xcol].tocsr(), A[:, acol].tocsr()
+        b = data.b[keep]
+    else:
+        Ax, N, b = None, None, None
+    s = np.concatenate([np.asarray(src.variance, float).reshape(src.shape).ravel(order="F")
+                        if src.shape else np.asarray(src.variance, float).ravel()
+                        for src in sources])
+    a = np.concatenate([np.asarray(src.leaves[0].value, float).ravel(order="F") for src in sources])
+    if qs.identity:
+        var = _tree_route(data, Mx, P, s, a, Ax, N, b, xvars)
+        if var is not None:
+            return qs.Q @ var, "tree GLS variances"
+    kkt = KKTVariances(Mx, data.w2, P, s, Ax, N)
+    return kkt.variances(qs.Q), "KKT factorisation"
+
+
+def _tree_route(data, Mx, P, s, a, Ax, N, b, xvars):
+    """Every coordinate's variance by the two tree passes, or ``None`` when the model is not
+    a histogram tree with noise proportional to the inverse weights."""
+    if Ax is None or len(xvars) != 1:
+        return None
+    c = proportional_noise(Mx, data.w2, P, s, N)
+    if c is None:
+        return None
+    v = xvars[0]
+    shape = v.shape if len(v.shape) == 2 else (v.size, 1)
+    n = Mx.shape[1]
+    xdata = ConsistencyData(n=n, M=Mx, y=P @ a + data.y, w1=np.zeros(Mx.shape[0]), w2=data.w2,
+                            lower=np.full(n, -np.inf), upper=np.full(n, np.inf), A=Ax,
+                            b=b - (N @ a if N is not None else 0.0), loss_starts=data.loss_starts,
+                            shape=shape)
+    tree = histogram_tree.detect(xdata, shape)
+    if tree is None or tree.nonneg or tree.l1:
+        return None
+    try:
+        return tree_cell_variances(tree, c)
+    except ValueError:          # a leaf not determined by its own subtree: the KKT route
+        return None
