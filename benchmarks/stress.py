@@ -183,9 +183,133 @@ def admm_histogram(rng):
     return cp.Problem(cp.Minimize(loss), cons)
 
 
+def _size(rng, small: int, large: int) -> int:
+    """A size between ``small`` and ``large``, log-uniform (most instances small: CI runs six
+    per kind; ``--per-kind 200`` reaches the large end)."""
+    return int(round(np.exp(rng.uniform(np.log(small), np.log(large)))))
+
+
+def admm_order_bounds(rng):
+    """Order chains on long vectors with bounds (issue 26: ``optimal`` without duals): one
+    increasing or decreasing chain, two chains, or a chain on a slice
+    (``x[2:7][:-1] <= x[2:7][1:]``), n up to 500, L2 or elastic-net losses, with ``x >= 0``
+    or ``x <= u``."""
+    n = _size(rng, 8, 500)
+    x = cp.Variable(n)
+    trend = np.sort(rng.poisson(5, n).astype(float))
+    shape = rng.choice(["up", "down", "two", "slice"])
+    if shape == "up":
+        cons, y = [x[:-1] <= x[1:]], trend
+    elif shape == "down":
+        cons, y = [x[1:] <= x[:-1]], trend[::-1]
+    elif shape == "two":
+        k = int(rng.integers(2, n - 1))
+        cons, y = [x[:k][:-1] <= x[:k][1:], x[k:][1:] <= x[k:][:-1]], np.r_[trend[:k], trend[k:][::-1]]
+    else:
+        a = int(rng.integers(0, n - 2))
+        b = int(rng.integers(a + 2, n + 1))
+        cons, y = [x[a:b][:-1] <= x[a:b][1:]], trend
+    y = y + rng.laplace(0, float(rng.uniform(0.5, 4)), n)
+    if rng.random() < 0.6:
+        cons.append(x >= 0)
+    else:
+        cons.append(x <= float(rng.uniform(2, 6)))
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l2", "enet"]), x - y, np.ones(n))), cons)
+
+
+def _query_matrix(rng, m: int, n: int) -> np.ndarray:
+    """A random strategy: Gaussian, range queries, prefix queries or 0/1 rows."""
+    kind = rng.choice(["gaussian", "ranges", "prefix", "binary"])
+    if kind == "gaussian":
+        return rng.normal(size=(m, n))
+    if kind == "ranges":
+        return _ranges(rng, n, m)
+    if kind == "prefix":
+        return np.tril(np.ones((n, n)))[np.sort(rng.choice(n, size=min(m, n), replace=False))]
+    A = (rng.random((m, n)) < 0.3).astype(float)
+    A[np.arange(m), rng.integers(0, n, m)] = 1.0
+    return A
+
+
+def admm_matrix_mech(rng):
+    """The matrix mechanism's estimate (issue 26): ``min ||A x - y||`` (L1, L2 or elastic
+    net) with ``x >= 0``, A Gaussian, range, prefix or 0/1 queries, n = 8-300, sometimes a
+    known total ``sum(x) == N``."""
+    n = _size(rng, 8, 300)
+    m = int(rng.integers(max(2, n // 2), 2 * n + 1))
+    A = _query_matrix(rng, m, n)
+    x0 = rng.poisson(3, n).astype(float)
+    y = A @ x0 + rng.laplace(0, float(rng.uniform(0.5, 5)), A.shape[0])
+    x = cp.Variable(n)
+    cons = [x >= 0] + ([cp.sum(x) == x0.sum()] if rng.random() < 0.4 else [])
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), A @ x - y,
+                                        np.ones(A.shape[0]))), cons)
+
+
+def admm_dup_rows(rng):
+    """Equalities ``A x == b`` with duplicated and all-zero rows (consistent ``b``), n up to
+    300, sometimes ``x >= 0`` (issue 26)."""
+    n = _size(rng, 4, 300)
+    k = int(rng.integers(1, max(2, n // 2)))
+    A = _query_matrix(rng, k, n) if rng.random() < 0.5 else (rng.random((k, n)) < 0.2).astype(float)
+    parts = [A, A[rng.integers(0, A.shape[0], int(rng.integers(1, A.shape[0] + 1)))]]
+    if rng.random() < 0.5:
+        parts.append(np.zeros((int(rng.integers(1, 4)), n)))
+    A = np.vstack(parts)[rng.permutation(sum(p.shape[0] for p in parts))]
+    x0 = rng.uniform(0, 5, n)
+    x = cp.Variable(n)
+    y = x0 + rng.laplace(0, 1, n)
+    cons = [A @ x == A @ x0] + ([x >= 0] if rng.random() < 0.6 else [])
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), x - y, np.ones(n))), cons)
+
+
+def _node_consistency(tree, rng) -> np.ndarray:
+    """``C`` with ``C x = 0`` iff every internal node's value is the sum of its children's,
+    written by hand from the parent array (rows in random order and sign, as a user might)."""
+    parent = np.asarray(tree.parent)
+    internal = np.unique(parent[parent >= 0])
+    C = np.zeros((internal.size, parent.size))
+    for i, v in enumerate(internal):
+        C[i, v] = 1.0
+        C[i, parent == v] = -1.0
+    return C[rng.permutation(internal.size)] * rng.choice([-1.0, 1.0], (internal.size, 1))
+
+
+def admm_node_plain(rng):
+    """A hierarchy over its nodes in the plain spelling (issue 26): ``x`` the node counts,
+    ``C @ x == 0`` written by hand, ``cp.norm1(x - y)`` or ``cp.sum_squares(x - y)``,
+    mostly ``x >= 0``."""
+    tree = cvxdp.workloads.hierarchy(_size(rng, 2, 256), int(rng.integers(2, 9)))
+    C = _node_consistency(tree, rng)
+    y = tree.queries @ rng.poisson(3, tree.n_leaves).astype(float) \
+        + rng.laplace(0, float(rng.uniform(0.5, 3)), tree.n_nodes)
+    x = cp.Variable(tree.n_nodes)
+    loss = cp.norm1(x - y) if rng.random() < 0.5 else cp.sum_squares(x - y)
+    return cp.Problem(cp.Minimize(loss), [C @ x == 0] + ([x >= 0] if rng.random() < 0.8 else []))
+
+
+def admm_big_counts(rng):
+    """A hierarchy with counts of 1e8-1e9 measured at epsilon 0.01 (Laplace scale about 200),
+    over its nodes (``cvxdp.consistent`` or ``C @ x == 0`` by hand), ``x >= 0`` (issue 26: the
+    duals' Lagrangian bound was ``-inf``)."""
+    tree = cvxdp.workloads.hierarchy(_size(rng, 2, 32), int(rng.integers(2, 4)))
+    counts = np.round(rng.uniform(1e8, 1e9, tree.n_leaves))
+    m = cvxdp.mechanisms.laplace(tree.queries, counts, epsilon=0.01, rng=rng)
+    x = cp.Variable(tree.n_nodes)
+    loss = cvxdp.nll(cvxdp.Measurement(sp.identity(tree.n_nodes), m.answers, m.noise, m.scale), x) \
+        if rng.random() < 0.5 else (cp.norm1(x - m.answers) if rng.random() < 0.5
+                                    else cp.sum_squares(x - m.answers))
+    cons = [cvxdp.consistent(tree, x)] if rng.random() < 0.5 else [_node_consistency(tree, rng) @ x == 0]
+    return cp.Problem(cp.Minimize(loss), cons + [x >= 0])
+
+
 ADMM_KINDS = {"tiny": admm_tiny, "general": admm_general, "tree": admm_tree, "order": admm_order,
               "rank_deficient": admm_rank_deficient, "contradiction": admm_contradiction,
-              "scales": admm_scales, "leaf_measured": admm_leaf_measured, "histogram": admm_histogram}
+              "scales": admm_scales, "leaf_measured": admm_leaf_measured, "histogram": admm_histogram,
+              "order_bounds": admm_order_bounds, "matrix_mech": admm_matrix_mech,
+              "dup_rows": admm_dup_rows, "node_plain": admm_node_plain,
+              "big_counts": admm_big_counts}
+
 
 
 def md_instance(rng, loss="random", sparse=False, exact=False, known_total=True):

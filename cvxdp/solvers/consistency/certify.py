@@ -61,12 +61,23 @@ def _certified_multipliers(data, x, duals, w, s):
         c = constraint_gradient(data, duals)
         w = None if c is None else separable_loss_multiplier(data, c)
     chk = kkt_check(data, x, duals, w, s.eps_abs, s.eps_rel)
-    if not chk["ok"] and lp_size(data) <= LP_MAX_NNZ:
-        lp = kkt_dual_lp(data, x, s.eps_abs)
-        if lp is not None:
-            chk2 = kkt_check(data, x, lp[0], lp[1], s.eps_abs, s.eps_rel)
-            if chk2["ok"]:
-                return lp[0], lp[1], chk2, "lp"
+    if chk["ok"] or lp_size(data) > LP_MAX_NNZ:
+        return duals, w, chk, "admm"
+    lp = kkt_dual_lp(data, x, s.eps_abs)
+    if lp is not None:
+        chk2 = kkt_check(data, x, lp[0], lp[1], s.eps_abs, s.eps_rel)
+        if chk2["ok"]:
+            return lp[0], lp[1], chk2, "lp"
+    # the feasibility LP reads the active sets off x and can miss (a kink or a bound within
+    # rounding of eps_abs, or its own tolerance); the bound LP fixes only the smooth rows'
+    # multipliers and maximises the Lagrangian, so at an optimal x its multipliers close
+    # the gap and pass the check (a warm start at the optimum leaves ADMM multipliers that
+    # are nowhere near, issue 26)
+    db = dual_bound_lp(data, x, s.eps_abs)
+    if db is not None:
+        chk3 = kkt_check(data, x, db[1], db[2], s.eps_abs, s.eps_rel)
+        if chk3["ok"]:
+            return db[1], db[2], chk3, "lp bound"
     return duals, w, chk, "admm"
 
 

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 
 from .losses import SeparableLoss
 
@@ -34,6 +35,10 @@ _ROUNDING_RESIDUAL = 1e-12
 # The multipliers' Lagrangian bound may trail the objective by this many eps_rel: one, the
 # contract (duals are written only if they certify the gap eps_rel themselves).
 _LAGRANGIAN_GAP_FACTOR = 1.0
+# A pure-L1 row's multiplier may move when this far (relative) inside [-w1, w1].
+_L1_INTERIOR = 1e-9
+# LSQR iterations for the loss multipliers' correction (it removes a rounding residual).
+_LSQR_ITERS = 500
 
 
 def kkt_scale(data, x) -> float:
@@ -184,6 +189,10 @@ def exact_dual_point(data, duals, w):
     if c is None:
         return None
     r = data.M.T @ w + c
+    if _needs_loss_correction(data, duals, r, c):
+        w, duals = _loss_correction(data, duals, w, r)
+        c = constraint_gradient(data, duals)
+        r = data.M.T @ w + c
     s_lo = np.asarray(duals["lower"], float).copy()
     s_up = np.asarray(duals["upper"], float).copy()
     lo_f, up_f = np.isfinite(data.lower), np.isfinite(data.upper)
@@ -202,6 +211,55 @@ def exact_dual_point(data, duals, w):
         return None
     fixed = dict(duals, lower=s_lo, upper=s_up)
     return fixed, w
+
+
+def _unabsorbable(data, duals, r) -> np.ndarray:
+    """Coordinates whose stationarity residual ``r`` no bound multiplier can take: no
+    bound on the needed side, and the other side's multiplier too small to give it up."""
+    s_lo, s_up = np.asarray(duals["lower"], float), np.asarray(duals["upper"], float)
+    lo_f, up_f = np.isfinite(data.lower), np.isfinite(data.upper)
+    pos, neg = r > 0, r < 0
+    ok_pos = lo_f | (up_f & (s_up >= r))
+    ok_neg = up_f | (lo_f & (s_lo >= -r))
+    return (pos & ~ok_pos) | (neg & ~ok_neg)
+
+
+def _needs_loss_correction(data, duals, r, c) -> bool:
+    """Is some residual beyond rounding left where no bound multiplier can take it?"""
+    left = _unabsorbable(data, duals, r)
+    scale = max(1.0, float(np.max(np.abs(c), initial=0.0)))
+    return bool(np.any(np.abs(r[left]) > _ROUNDING_RESIDUAL * scale))
+
+
+def _loss_correction(data, duals, w, r):
+    """``(w + dw, duals with yA + dy)`` removing the residual ``r`` where bounds cannot:
+    ``M_F^T dw + A^T dy + sum_{i active} e_i t_i = -r`` in least norm (LSQR), ``F`` the rows
+    whose multiplier may move (squared rows, where ``phi^*`` is finite everywhere, and
+    pure-L1 rows strictly inside ``[-w1, w1]``), the ``e_i`` those of coordinates whose bound
+    multiplier is positive (the absorption after takes ``t_i`` either way).  A coordinate
+    without an active bound and a stationarity residual of 1e-11 (an LP's or a polish's
+    rounding) makes the Lagrangian unbounded; the loss and equality multipliers of a coupled
+    problem (the matrix mechanism) can take it instead, at a cost of order
+    ``|dw| |residual|`` to the bound."""
+    flat = data.w2 == 0
+    free = ~flat | (np.abs(w) < data.w1 * (1.0 - _L1_INTERIOR))
+    s_lo, s_up = np.asarray(duals["lower"], float), np.asarray(duals["upper"], float)
+    active = np.flatnonzero((s_lo > 0) | (s_up > 0))
+    n = data.n
+    blocks = [data.M.tocsr()[free].T]
+    if has_eq(data):
+        blocks.append(data.A.T)
+    blocks.append(sp.csr_matrix((np.ones(active.size), (active, np.arange(active.size))),
+                                shape=(n, active.size)))
+    K = sp.hstack(blocks).tocsr()
+    dz = spla.lsqr(K, -r, atol=0.0, btol=0.0, conlim=0.0, iter_lim=_LSQR_ITERS)[0]
+    k = int(free.sum())
+    out = w.copy()
+    out[free] += dz[:k]
+    fixed = dict(duals)
+    if has_eq(data):
+        fixed["eq"] = np.asarray(duals["eq"], float) + dz[k:k + data.A.shape[0]]
+    return np.where(flat, np.clip(out, -data.w1, data.w1), out), fixed
 
 
 def lagrangian_bound(data, duals, w) -> float:

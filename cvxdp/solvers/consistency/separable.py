@@ -18,7 +18,10 @@ import numpy as np
 
 from .._linalg import norm as _norm
 from .certify import separating_hyperplane
-from .duals import exact_separable_multipliers, separable_dual_value
+from .chain_polish import polish_chain_point
+from .duals import (exact_separable_multipliers, separable_dual_value, separable_multipliers,
+                    subdifferential_box)
+from .kkt import constraint_gradient, kkt_check, lagrangian_bound, separable_loss_multiplier
 from .polish import PolishResult, SeparablePoint, polish_separable
 from .problem import ADMMSettings, ADMMState, ConsistencyData
 from .splitting import L1_RHO_FACTOR, Splitting, initial_rho, weight_scale
@@ -233,9 +236,31 @@ class SeparableADMM(Splitting):
         return sig
 
     def polish(self) -> PolishResult:
+        if self.proj is None and self.chains is not None:
+            return self._polish_chains()
         if self.proj is None:
-            return PolishResult(reason="not available without equality constraints (order chains)")
+            return PolishResult(reason="not available without equality constraints or order chains")
         return polish_separable(SeparablePoint(
             f=self.f, proj=self.proj, x=self.x, lam=self.rho * self.u, lam_dual=self.last_dual_point,
             rho=self.rho, constant=self.constant, eps_abs=self.s.eps_abs, eps_rel=self.s.eps_rel))
+
+    def _polish_chains(self) -> PolishResult:
+        """Order chains: the exact optimum pooled from the blocks of ``z`` and its
+        multipliers (:mod:`cvxdp.solvers.consistency.chain_polish`), kept when they pass the
+        KKT check; their Lagrangian bound certifies the point."""
+        f, data, s = self.f, self.data, self.s
+        found = polish_chain_point(f, self.chains, self.z, self.rho * self.u,
+                                   lambda pt: subdifferential_box(f, pt, 0.0))
+        if found is None:
+            return PolishResult(reason="no order multipliers at the pooled point", rounds=1)
+        x, lam = found
+        duals = separable_multipliers(f, None, self.chains, x, lam, 0.0)
+        c = constraint_gradient(data, duals)
+        w = separable_loss_multiplier(data, c)
+        chk = kkt_check(data, x, duals, w, s.eps_abs, s.eps_rel)
+        if not chk["ok"]:
+            return PolishResult(reason="the pooled point's multipliers fail the KKT check", rounds=1)
+        duals, w = chk.get("duals", duals), chk.get("w", w)
+        return PolishResult(x=x, objective=f.value(x) + self.constant, duals=duals,
+                            lower_bound=lagrangian_bound(data, duals, w), reason="ok", rounds=1, w=w)
 
