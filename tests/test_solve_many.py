@@ -317,3 +317,15 @@ def test_dask_parametrised_and_builder_match_this_process(client):
                          client=client)
     same_results(a, b)
     assert b.failures == [2] and b[2].attempts == 2 and "bad draw" in b[2].error
+
+
+def test_a_pickled_hierarchy_ships_its_layout_and_rebuilds_the_same_matrices():
+    tree = cvxdp.workloads.hierarchy(n_leaves=100, branching=3)
+    v = np.random.default_rng(0).normal(size=tree.n_nodes)
+    built = (tree.queries, tree.consistency, tree.forest, tree.project(v))
+    blob = pickle.dumps(tree)
+    assert "queries" in vars(tree) and len(blob) < len(pickle.dumps(built[:2]))
+    again = pickle.loads(blob)
+    assert (again.queries != built[0]).nnz == 0 and (again.consistency != built[1]).nnz == 0
+    assert np.array_equal(again.forest.parent, built[2].parent)
+    assert np.array_equal(again.project(v), built[3])
