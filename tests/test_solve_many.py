@@ -119,7 +119,7 @@ def test_a_list_is_solved_in_order_and_written_back_like_an_in_process_solve():
     by_hand = [copy(p) for p in problems]
     for p in by_hand[:3]:
         p.solve(method="cvxdp", solver=cvxdp.ADMM)
-    res = cvxdp.solve_many(problems[:3], solver=cvxdp.ADMM, chunk_size=2)
+    res = cvxdp.solve_many(iter(problems[:3]), solver=cvxdp.ADMM, chunk_size=2)
     assert res.backend == "local" and res.workers == 1 and res.chunks == 2
     assert res.statuses == ["optimal", "infeasible", "optimal"] and res.failures == []
     assert [o.index for o in res] == [0, 1, 2]
@@ -314,7 +314,8 @@ def test_dask_parametrised_and_builder_match_this_process(client):
 
     a = cvxdp.solve_many(build, parameters=range(4), solver=cvxdp.ADMM, retries=1)
     b = cvxdp.solve_many(build, parameters=range(4), solver=cvxdp.ADMM, retries=1,
-                         client=client)
+                         scheduler=client.scheduler.address)      # a client of its own
+    assert b.backend == "dask" and client.status == "running"
     same_results(a, b)
     assert b.failures == [2] and b[2].attempts == 2 and "bad draw" in b[2].error
 

@@ -91,13 +91,17 @@ class DaskRunner:
         futures = [self.client.submit(fn, item, *args, retries=self.retries, pure=False)
                    for item in items]
         position = {f.key: i for i, f in enumerate(futures)}
-        for fut in self._as_completed(futures):
-            i = position[fut.key]
-            if fut.status == "error":
-                yield i, False, fut.exception()
-            else:
-                yield i, True, fut.result()
-            fut.release()
+        try:
+            for fut in self._as_completed(futures):
+                i = position[fut.key]
+                if fut.status == "error":
+                    yield i, False, fut.exception()
+                else:
+                    yield i, True, fut.result()
+        finally:            # stopped early (an exception, an interrupt): nothing left running
+            pending = [f for f in futures if not f.done()]
+            if pending:
+                self.client.cancel(pending)
 
     def close(self) -> None:
         for obj in self._owned:

@@ -237,7 +237,7 @@ def solve_many(problems: Problems, *, parameters: Sequence[Any] | None = None, c
     """
     _check_own(backend, retries, chunk_size, workers, progress)
     _check_solve_options(solve_options)
-    kind, n, make_chunk = _plan(problems, parameters)
+    kind, n, make_chunk, problems = _plan(problems, parameters)
     if backend == "auto" and client is None and scheduler is None and workers is None:
         backend = "local"
     if backend != "local" and not dask_available():
@@ -347,7 +347,7 @@ def _check_standard(solver, opts: dict) -> None:
     x = cp.Variable()
     probe = cp.Problem(cp.Minimize(x), [x >= 0])
     try:
-        probe.solve(solver=solver, **extra)
+        probe.solve(solver=solver, **{**extra, "verbose": False})
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"solve_many: option(s) {sorted(extra)} refused by {solver}: "
                         f"{exc}") from None
@@ -377,8 +377,9 @@ class _Chunk:
         return len(self.blobs) if self.blobs is not None else len(self.values)
 
 
-def _plan(problems, parameters) -> tuple[str, int, Callable[..., _Chunk]]:
-    """The input's kind, number of tasks and how to make the chunk of tasks ``a .. b - 1``."""
+def _plan(problems, parameters) -> tuple[str, int, Callable[..., _Chunk], Any]:
+    """The input's kind, number of tasks, how to make the chunk of tasks ``a .. b - 1``, and
+    the input (a list of problems as a list)."""
     if isinstance(problems, cp.Problem):
         if parameters is None:
             raise ValueError("solve_many: one Problem needs parameters=[{param: value}, ...]; "
@@ -386,13 +387,13 @@ def _plan(problems, parameters) -> tuple[str, int, Callable[..., _Chunk]]:
         values = _parameter_dicts(problems, parameters)
         blob = _dumps_problem(problems, "the problem")
         return "template", len(values), lambda a, b, opts, r, floor: _Chunk(
-            "template", a, opts, r, floor, template=blob, values=values[a:b])
+            "template", a, opts, r, floor, template=blob, values=values[a:b]), problems
     if callable(problems):
         if parameters is None:
             raise ValueError("solve_many: a builder needs parameters=[values, ...]")
         values = list(parameters)
         return "builder", len(values), lambda a, b, opts, r, floor: _Chunk(
-            "builder", a, opts, r, floor, builder=problems, values=values[a:b])
+            "builder", a, opts, r, floor, builder=problems, values=values[a:b]), problems
     if parameters is not None:
         raise ValueError("solve_many: parameters= goes with one Problem or a builder, "
                          "not with a list of problems")
@@ -406,7 +407,7 @@ def _plan(problems, parameters) -> tuple[str, int, Callable[..., _Chunk]]:
                             "not a cvxpy Problem")
     return "problems", len(problems), lambda a, b, opts, r, floor: _Chunk(
         "problems", a, opts, r, floor,
-        blobs=[_dumps_problem(p, f"problems[{i}]") for i, p in enumerate(problems[a:b], a)])
+        blobs=[_dumps_problem(p, f"problems[{i}]") for i, p in enumerate(problems[a:b], a)]), problems
 
 
 def _parameter_dicts(problem: cp.Problem, parameters) -> list[dict[int, Any]]:
