@@ -330,3 +330,12 @@ def test_a_pickled_hierarchy_ships_its_layout_and_rebuilds_the_same_matrices():
     assert (again.queries != built[0]).nnz == 0 and (again.consistency != built[1]).nnz == 0
     assert np.array_equal(again.forest.parent, built[2].parent)
     assert np.array_equal(again.project(v), built[3])
+
+
+def test_a_problem_that_does_not_pickle_is_named():
+    x = cp.Variable(2)
+    x.note = lambda: None                   # a lambda does not pickle
+    good = tree_problem(0)
+    with pytest.raises(TypeError, match=r"problems\[1\] cannot be pickled"):
+        cvxdp.solve_many([good, cp.Problem(cp.Minimize(cp.sum_squares(x)))], chunk_size=2)
+    assert good.status is None                              # nothing solved

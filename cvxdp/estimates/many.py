@@ -123,7 +123,8 @@ class SolveOutcome:
 class ManyResult(Sequence[SolveOutcome]):
     """The outcomes of :func:`solve_many`, one per problem in the input's order.
 
-    ``backend`` (``"local"`` or ``"dask"``), ``workers``, ``wall_time`` (seconds),
+    ``backend`` (``"local"`` or ``"dask"``), ``workers``, ``wall_time`` (seconds, the whole
+    call: a cluster started for it included),
     ``failures`` (indices of the problems with status ``"error"``), ``chunks`` and
     ``chunk_size`` (how the tasks were grouped) and ``task_bytes``: the largest pickled chunk,
     the memory one task ships to a worker (``None`` when it could not be measured).
@@ -255,14 +256,13 @@ def solve_many(problems: Problems, *, parameters: Sequence[Any] | None = None, c
         task_bytes = 0
         done = 0
         if runner.client is None:
-            for a, b in bounds:
+            def one(_: int) -> None:
+                nonlocal done
+                done += 1
+                tick(done)
+            for a, b in bounds:             # one chunk at a time: one copy in memory
                 chunk = make_chunk(a, b, opts, retries, floor)
                 task_bytes = _max(task_bytes, _size(chunk))
-
-                def one(_: int) -> None:
-                    nonlocal done
-                    done += 1
-                    tick(done)
                 for o in _run_chunk(chunk, on_task=one):
                     outcomes[o.index] = o
         else:
