@@ -276,7 +276,7 @@ def solve_many(problems: Problems, *, parameters: Sequence[Any] | None = None, c
                 else:
                     for j in range(a, b):
                         outcomes[j] = SolveOutcome(j, "error", attempts=retries + 1,
-                                                   error=f"task lost on Dask: {res!r}")
+                                                   error=f"the task failed on Dask: {res!r}")
                 done += b - a
                 tick(done)
         if kind == "problems":
