@@ -27,6 +27,7 @@ from .estimates.reconstruction import reconstruct
 from .estimates.rounding import round_consistent
 from .modelling.histograms import HistogramMeasurement
 from .estimates.top_down import TopDownError, TopDownResult, topdown
+from .estimates.many import ManyResult, SolveManyError, SolveOutcome, solve_many
 from .estimates.error_bars import ErrorBars, error_bars
 
 __version__ = "0.1.0"
@@ -36,7 +37,8 @@ __all__ = ["ADMM", "HierarchicalHistogram", "METHODS", "NEWTON_CG", "MIRROR_DESC
            "privacy_cost", "query_variance", "NotRecognised", "TreeConsistent", "consistent",
            "elastic_net", "mechanisms", "nll", "ordered", "round_consistent", "solve", "synth",
            "workloads", "histograms", "HistogramMeasurement", "topdown", "TopDownResult",
-           "TopDownError", "reconstruct", "error_bars", "ErrorBars"]
+           "TopDownError", "reconstruct", "solve_many", "ManyResult", "SolveOutcome",
+           "SolveManyError", "error_bars", "ErrorBars"]
 
 _logging.getLogger("cvxdp").addHandler(_logging.NullHandler())
 _cp.Problem.register_solve("cvxdp", solve)

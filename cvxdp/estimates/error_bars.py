@@ -37,6 +37,7 @@ from scipy.special import ndtr, ndtri
 
 from ..modelling.histograms import GLSResult
 from ..names import NAMES, canonical
+from .many import solve_many
 from .exact_errors import NotLinear, active_inequalities, exact_variances
 from .noise import NoiseSource, find_noise, fit_sources, substitute
 from .queries import QuerySet, query_set, stacked_values
@@ -222,31 +223,28 @@ def _bootstrap(prob, sources: list[NoiseSource], qs: QuerySet, est, level, draws
 
 
 def _solve_draws(prob, template, values, qs: QuerySet, where: dict, opts) -> tuple[np.ndarray, int]:
-    """The queries at each draw's re-solve ``(ok draws, k)`` and the number that failed;
-    the caller's variable values and duals are restored afterwards."""
+    """The queries at each draw's re-solve ``(ok draws, k)`` and the number that failed
+    (:func:`cvxdp.solve_many`: the template and the caller's problem are left as they were;
+    a callable query reads the variables, whose values are restored afterwards)."""
     variables = prob.variables()
-    saved = [v.value for v in variables]
-    duals = [c.dual_value for c in prob.constraints]
+    res = solve_many(template, parameters=values, **{k: v for k, v in where.items() if v is not None},
+                     **opts)
     rows, failed = [], 0
+    saved = [v.value for v in variables]
     try:
-        for vals in values:           # TEMPORARY sequential loop until solve_many lands
-            for p, val in vals.items():
-                p.value = val
-            try:
-                template.solve(method="cvxdp", warm_start=True, **opts)
-            except Exception:
+        for o in res:
+            if o.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
                 failed += 1
                 continue
-            if template.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
-                failed += 1
-                continue
-            rows.append(qs.values(prob, stacked_values(variables)))
+            if qs.func is not None:
+                for v in variables:
+                    v.value = o.value_of(v)
+            z = np.concatenate([np.asarray(o.value_of(v), dtype=float).ravel(order="F")
+                                for v in variables]) if variables else np.zeros(0)
+            rows.append(qs.values(prob, z))
     finally:
         for v, val in zip(variables, saved):
             v.value = val
-        for c, d in zip(prob.constraints, duals):
-            if d is not None:
-                c.save_dual_value(d)
     k = rows[0].size if rows else 0
     return (np.vstack(rows) if rows else np.zeros((0, k))), failed
 

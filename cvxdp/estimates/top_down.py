@@ -44,6 +44,7 @@ import numpy as np
 from ..modelling.histograms import HistogramMeasurement, checked_inputs
 from ..solvers.tree.topdown import Chunk, ChunkResult, chunk_bytes, solve_chunk
 from ..solvers.tree.gls import Block
+from .dask_runner import DaskRunner
 
 __all__ = ["topdown", "TopDownResult", "TopDownError"]
 
@@ -190,39 +191,15 @@ def _progress(progress, level):
     return lambda done, total: None
 
 
-class _Runner:
-    """Runs chunks on Dask or in this process; owns a LocalCluster it started."""
+class _Runner(DaskRunner):
+    """Runs chunks on Dask (:class:`~cvxdp.estimates.dask_runner.DaskRunner`) or in this
+    process; owns a LocalCluster it started."""
 
     def __init__(self, backend, client, scheduler, workers, retries) -> None:
-        self.retries = retries
-        self._owned = []
-        self.client = None
-        if backend == "local":
-            self.name, self.workers = "local", 1
-            return
-        try:
-            import distributed
-        except ImportError:
-            if backend == "dask" or client is not None or scheduler is not None:
-                raise ImportError("topdown: Dask is not installed; pip install cvxdp[distributed]") from None
-            self.name, self.workers = "local", 1
-            return
-        if client is None:
-            if scheduler is not None:
-                client = distributed.Client(scheduler)
-            else:
-                cluster = distributed.LocalCluster(n_workers=workers or 2, threads_per_worker=1,
-                                                   processes=True, dashboard_address=None)
-                self._owned.append(cluster)
-                client = distributed.Client(cluster)
-            self._owned.insert(0, client)
-        self.client = client
         # import the solver on every worker once, before any level is timed or submitted
         # (importing cvxdp there takes a second or two per process)
-        client.run(_warm_up)
-        self._as_completed = distributed.as_completed
-        self.name = "dask"
-        self.workers = len(client.scheduler_info().get("workers", {})) or 1
+        super().__init__("topdown", backend, client, scheduler, workers, retries,
+                         warm_up=_warm_up)
 
     def run(self, level: int, chunks: list[Chunk], tick) -> list[ChunkResult]:
         total = len(chunks)
@@ -237,30 +214,20 @@ class _Runner:
             if failures:
                 raise TopDownError(failures)
             return out
-        futures = [self.client.submit(solve_chunk, c, retries=self.retries, pure=False) for c in chunks]
-        owner = {f.key: c for f, c in zip(futures, chunks)}
         out, failures, done = [], [], 0
-        for fut in self._as_completed(futures):
+        for i, ok, res in self.as_completed(solve_chunk, chunks):
             done += 1
-            if fut.status == "error":
-                c = owner[fut.key]
-                failures.append((level, c.children, fut.exception()))
+            if not ok:
+                c = chunks[i]
+                failures.append((level, c.children, res))
                 _log.warning("top-down level %d: a chunk of %d units failed: %r", level,
-                             c.children.size, fut.exception())
+                             c.children.size, res)
             else:
-                out.append(fut.result())
+                out.append(res)
             tick(done, total)
         if failures:
             raise TopDownError(failures)
         return out
-
-    def close(self) -> None:
-        for obj in self._owned:
-            try:
-                obj.close()
-            except Exception as exc:  # noqa: BLE001 -- closing must not hide the result
-                _log.warning("top-down: closing %r failed: %r", obj, exc)
-        self._owned = []
 
 
 def _warm_up() -> bool:

@@ -380,6 +380,17 @@ class Hierarchy:
         self._intervals = intervals
         self._lsq_unit: TreeLSQ | None = None
 
+    def __getstate__(self) -> dict:
+        """Pickled as its layout only: the matrices and operators built on first use
+        (:attr:`queries`, :attr:`consistency`, :attr:`forest`, the projection's operator) are
+        rebuilt, the same, where they are next needed.  A model shipped to another process
+        (:func:`cvxdp.solve_many`) then carries a few integers per node, not the matrices."""
+        state = dict(self.__dict__)
+        for name in ("queries", "consistency", "forest"):
+            state.pop(name, None)
+        state["_lsq_unit"] = None
+        return state
+
     # ---------------------------------------------------------------- layout
     @property
     def n_leaves(self) -> int:
