@@ -303,12 +303,26 @@ def admm_big_counts(rng):
     return cp.Problem(cp.Minimize(loss), cons + [x >= 0])
 
 
+def admm_opendp_layout(rng):
+    """OpenDP's b-ary tree layout (complete internal levels, only the leaves cut: rows that
+    count nothing), in node space with a plain or a helper spelling of the consistency."""
+    leaves = int(np.exp(rng.uniform(np.log(2), np.log(300))))
+    tree = cvxdp.workloads.hierarchy(leaves, int(rng.integers(2, 6)), layout="opendp")
+    x = cp.Variable(tree.n_nodes)
+    y = tree.queries @ rng.poisson(3, leaves).astype(float) + rng.laplace(0, 2, tree.n_nodes)
+    w = np.full(tree.n_nodes, float(rng.uniform(0.2, 3)))
+    consistency = cvxdp.consistent(tree, x) if rng.random() < 0.5 else \
+        (tree.consistency @ x == 0)
+    cons = [consistency] + ([x >= 0] if rng.random() < 0.8 else [])
+    return cp.Problem(cp.Minimize(_loss(rng.choice(["l1", "l2", "enet"]), x - y, w)), cons)
+
+
 ADMM_KINDS = {"tiny": admm_tiny, "general": admm_general, "tree": admm_tree, "order": admm_order,
               "rank_deficient": admm_rank_deficient, "contradiction": admm_contradiction,
               "scales": admm_scales, "leaf_measured": admm_leaf_measured, "histogram": admm_histogram,
               "order_bounds": admm_order_bounds, "matrix_mech": admm_matrix_mech,
               "dup_rows": admm_dup_rows, "node_plain": admm_node_plain,
-              "big_counts": admm_big_counts}
+              "big_counts": admm_big_counts, "opendp_layout": admm_opendp_layout}
 
 
 
