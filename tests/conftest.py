@@ -88,3 +88,16 @@ def complete_parent(k, h):
     n = (k ** (h + 1) - 1) // (k - 1)
     parent = np.r_[-1, (np.arange(1, n) - 1) // k]
     return parent
+
+
+@pytest.fixture(scope="session")
+def client():
+    """One real 2-worker ``distributed.LocalCluster`` for every Dask test of the session
+    (topdown, solve_many, error_bars): starting one costs seconds."""
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()

@@ -229,3 +229,15 @@ def test_histogram_tree_detection_beyond_int32_keys():
     tree = histogram_tree.detect(data, (n, 1))
     assert tree is not None
     np.testing.assert_array_equal(tree.forest.parent, parent)
+
+
+def test_bootstrap_on_dask_gives_the_same_draws(client):
+    """The re-solves through cvxdp.solve_many on a real LocalCluster (the session's)."""
+    tree, m = _tree_model(8, 2, 2.0, 9)
+    x = cp.Variable(tree.n_nodes)
+    prob = cp.Problem(cp.Minimize(cvxdp.nll(m, x)), [cvxdp.consistent(tree, x), x >= 0])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    here = cvxdp.error_bars(prob, draws=8, rng=5)
+    there = cvxdp.error_bars(prob, draws=8, rng=5, client=client)
+    np.testing.assert_array_equal(here.samples, there.samples)
+    np.testing.assert_array_equal(here.upper, there.upper)

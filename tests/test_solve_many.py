@@ -268,17 +268,6 @@ def test_progress_bar_and_callback(capsys):
 
 
 # ---------------------------------------------------------------------- on Dask
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
-    c = distributed.Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
 def test_dask_gives_the_same_bits_and_writes_back(client, capsys):
     problems = mixed() + [cp.Problem(cp.Minimize(cp.sum_squares(cp.Variable(3) - 2)),
                                      [cp.sum(cp.Variable(3)) >= 1])]

@@ -12,12 +12,18 @@ expr_i(x)`` (cvxpy's signs) minimised by Clarabel over a box holding the optimum
 """
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+import stress  # noqa: E402
 from cvxdp.solvers.consistency.chain_polish import block_argmin
 
 CLARABEL = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=500)
@@ -96,13 +102,8 @@ def dup_rows(rng):
 
 
 def _by_hand(tree) -> np.ndarray:
-    parent = np.asarray(tree.parent)
-    internal = np.unique(parent[parent >= 0])
-    C = np.zeros((internal.size, parent.size))
-    for i, v in enumerate(internal):
-        C[i, v] = 1.0
-        C[i, parent == v] = -1.0
-    return C
+    """The consistency rows as a user writes them by hand (the stress set's builder)."""
+    return stress._node_consistency(tree, np.random.default_rng(0))
 
 
 def node_plain(rng):

@@ -81,17 +81,6 @@ def test_chunk_layout_changes_nothing_but_rounding():
                           cvxdp.topdown(geo, ms, backend="local", chunk_units=7).x)
 
 
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
-    c = distributed.Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
 def test_local_cluster_gives_the_same_bits_and_streams_progress(client):
     geo, truth, ms = country(3, sizes=(4, 20, 120))
     local = cvxdp.topdown(geo, ms, backend="local", chunk_units=30)
