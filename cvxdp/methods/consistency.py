@@ -14,7 +14,7 @@ bounds and order chains (:mod:`cvxdp.recognise.consistency`).  The numerical lay
   nodes, where the loss is separable and consistency is the tree projection;
 * ``"ADMM separable/..."`` -- a separable loss and one constraint set, projected onto
   (``tree``: the two-pass projection; ``affine``: a cached factorisation; ``chains``: PAVA);
-* ``"LP (HiGHS interior point)"`` / ``"QP (interior point, sparse LDL)"`` -- any other loss
+* ``"LP (HiGHS interior point)"`` / ``"QP (interior point)"`` -- any other loss
   matrix (the matrix mechanism), pure L1 / squared or elastic-net rows: the whole problem by
   HiGHS / by the interior point of :mod:`cvxdp.solvers.consistency.ipm`, certified like the
   ADMM's results (:mod:`cvxdp.solvers.consistency.general_exact`);
@@ -30,7 +30,7 @@ import numpy as np
 import cvxpy as cp
 
 from ..solvers.consistency import admm as admm_solver
-from ..solvers.consistency import fixings, histogram_tree, isotonic_l1
+from ..solvers.consistency import fixings, general_exact, histogram_tree, isotonic_l1
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..names import ADMM
@@ -67,7 +67,7 @@ OPTIONS = OptionSet.build(ADMM, max_iters=admm_solver.ADMMSettings.max_iters,
            choices=("projection", "penalty")),
     Option("general_route", "choice", "auto",
            "off the tree / separable structures (any loss matrix): 'auto' solves the LP "
-           "(pure L1, HiGHS) or the QP (interior point, sparse LDL) and certifies it, the "
+           "(pure L1, HiGHS) or the QP (interior point) and certifies it, the "
            "ADMM taking over only if that fails; 'admm' runs the residual-split ADMM",
            choices=("auto", "admm")),
 ])
@@ -150,6 +150,8 @@ def _cost_family(data) -> str:
         return f"admm_tree/{loss}"
     if data.forest_rows() is not None or fixings.find(data) is not None:
         return f"admm_tree/{loss}"
+    if general_exact.applies(data, admm_solver.ADMMSettings()):
+        return f"general_exact/{loss}"           # the LP (HiGHS) or the interior point
     return f"admm_general/{loss}"
 
 

@@ -40,7 +40,7 @@ from ..result import SolverResult
 __all__ = ["solve_lp", "solve_qp", "solve", "ROUTE_LP", "ROUTE_QP"]
 
 ROUTE_LP = "LP (HiGHS interior point)"
-ROUTE_QP = "QP (interior point, sparse LDL)"
+ROUTE_QP = "QP (interior point)"
 # OSQP's own tolerances, relative to the family's eps: its polish then lands on the
 # active set's exact solution, which is what the certificate needs.
 _OSQP_EPS_FACTOR = 1e-1

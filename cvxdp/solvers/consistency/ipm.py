@@ -20,11 +20,13 @@ scalar curvature
     [ -(H_x + M^T Phi M + D^T Phi_D D)   A^T ] [dx]   [..]
     [               A                     0  ] [dy] = [..]
 
-with ``H_x`` the bounds' barrier curvature, factorised as this sparse quasi-definite system
-(QDLDL with AMD, one symbolic analysis, on small systems; SuperLU with minimum degree on
-larger ones) and refined against the unregularised system.  Dense LAPACK is avoided on
-purpose: on a loaded 2-core machine OpenBLAS's threads made a 600 x 600 Cholesky take
-0.2 s against 0.016 s with one thread (QDLDL: 0.013 s).  The loss-row multipliers ``y_R`` are the loss multipliers
+with ``H_x`` the bounds' barrier curvature: LAPACK's dense Cholesky of the ``n x n`` block
+and of ``A``'s Schur complement on small systems and up to ``_DENSE_MAX`` variables (random
+0/1 rows fill a sparse factor to ~40 % anyway), QDLDL (AMD ordering, one symbolic analysis)
+on the quasi-definite system between, SuperLU beyond; refined against the unregularised
+system.  (On a loaded 2-core machine OpenBLAS's threads made a 600 x 600 Cholesky take 0.2 s
+against 0.016 s with one thread; ``OPENBLAS_NUM_THREADS=1`` helps there.)
+The loss-row multipliers ``y_R`` are the loss multipliers
 ``w = -y_R`` of :mod:`~cvxdp.solvers.consistency.kkt`, the equality ones ``-y_A``, the bound
 ones the dual slacks; the caller certifies them.
 """
@@ -35,6 +37,7 @@ import time
 
 import numpy as np
 import qdldl
+import scipy.linalg as la
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -48,6 +51,9 @@ _TOL = 1e-10
 # ... or the best iterate within _LOOSE_TOL once no progress is made for _STALL iterations
 _LOOSE_TOL = 1e-8
 _STALL = 5
+# ... and give up after this many iterations without a new best (the constraints may have
+# no solution: the caller asks HiGHS)
+_NO_PROGRESS = 10
 _STEP = 0.995
 _SAME_STEP = True
 # regularisation of the reduced system (relative to its diagonal) tried in turn
@@ -59,6 +65,12 @@ _DUAL_REG = 1e-10
 # QDLDL (one symbolic analysis, then numeric updates) up to this many unknowns of the reduced
 # system, SuperLU (minimum degree on A + A^T, less fill measured on random 0/1 rows) beyond
 _QDLDL_MAX = 2000
+# ... LAPACK's dense Cholesky of the n x n block (and of A's Schur complement) up to this n:
+# random 0/1 rows fill the sparse factor to ~40 % anyway (n = 3000: SuperLU 3 s, QDLDL 5.6 s,
+# one-thread dense Cholesky 0.5 s, measured on the loaded 2-core machine)
+_DENSE_MAX = 4500
+# ... and on small systems, where the sparse machinery's overhead is most of the time
+_SMALL_DENSE = 200
 
 
 class IPMResult:
@@ -113,7 +125,10 @@ class _Solver:
         self.verbose = verbose
         n, nr, p = P.d.n, P.R.shape[0], P.A.shape[0]
         self.n, self.nr, self.p = n, nr, p
-        self.use_qdldl = n + p <= _QDLDL_MAX
+        if n + p <= _SMALL_DENSE or _QDLDL_MAX < n + p and n <= _DENSE_MAX:
+            self.mode = "dense"
+        else:
+            self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
         self._lu = None
         self._pattern = None
         self._ldl = None
@@ -268,9 +283,11 @@ class _Solver:
         H = H + sp.diags(np.full(self.n, reg * diag_scale))
         self.reg = reg * diag_scale
         dreg = max(reg, _DUAL_REG) * diag_scale
+        if self.mode == "dense":
+            return self._dense_factor(H, dreg)
         K = sp.bmat([[-H, P.AT], [P.A, dreg * sp.identity(self.p)]], format="csc") if self.p else (-H).tocsc()
         try:
-            if self.use_qdldl:
+            if self.mode == "qdldl":
                 K.sort_indices()
                 pattern = (K.indptr.tobytes(), K.indices.tobytes())
                 if self._ldl is None or pattern != self._pattern:
@@ -300,8 +317,28 @@ class _Solver:
     def _apply(self, fx, fA):
         """The regularised system's solution from the current factorisation."""
         rhs = np.r_[fx, fA]
-        sol = self._ldl.solve(rhs) if self.use_qdldl else self._lu.solve(rhs)
+        if self.mode == "dense":
+            # -H dx + A^T dy = fx, A dx + d dy = fA:  (A H^-1 A^T + d) dy = fA + A H^-1 fx
+            hf = la.cho_solve(self._chol, fx, check_finite=False)
+            if not self.p:
+                return -hf, np.zeros(0)
+            dy = la.cho_solve(self._schur, fA + self.P.A @ hf, check_finite=False)
+            return la.cho_solve(self._chol, self.P.AT @ dy - fx, check_finite=False), dy
+        sol = self._ldl.solve(rhs) if self.mode == "qdldl" else self._lu.solve(rhs)
         return sol[:self.n], sol[self.n:]
+
+    def _dense_factor(self, H, dreg) -> bool:
+        """Cholesky factors of ``H`` and of the Schur complement ``A H^-1 A^T + d I``."""
+        try:
+            self._chol = la.cho_factor(H.toarray(), lower=True, check_finite=False)
+            if self.p:
+                X = la.cho_solve(self._chol, self.P.A.T.toarray(), check_finite=False)
+                S = np.asarray(self.P.A @ X)
+                S[np.diag_indices_from(S)] += dreg
+                self._schur = la.cho_factor(S, lower=True, check_finite=False)
+        except (la.LinAlgError, ValueError):
+            return False
+        return bool(np.all(np.isfinite(self._chol[0].diagonal())))
 
     def _direction(self, z, res, rc):
         """The Newton direction for the residuals ``res`` and complementarity targets ``rc``
@@ -417,6 +454,8 @@ class _Solver:
             if acc <= _TOL:
                 break
             if it - best_it >= _STALL and best[0] <= _LOOSE_TOL:
+                break
+            if it - best_it >= _NO_PROGRESS:             # diverging (infeasible constraints)
                 break
             if time.perf_counter() > deadline:
                 return None
