@@ -11,10 +11,12 @@ factorisation of the whole problem is the faster tool, so this module solves
   ``(x, t+, t-)`` with ``M x - t+ + t- = y``, ``A x = b``, ``D x <= 0`` (order chains) and
   the bounds, by HiGHS through :func:`scipy.optimize.linprog` (interior point, then
   crossover to a vertex: exact multipliers);
-* **elastic net / squared** rows as the QP over ``(x, r, t)`` with ``M x - r = y``,
-  ``-t <= r <= t`` on the L1 rows, objective ``w1^T t + (1/2) r^T W2 r``, by OSQP
-  (Stellato et al. 2020: an ADMM whose every step solves the sparse quasi-definite KKT
-  system, factorised by QDLDL) with its polish.
+* **elastic net / squared** rows as a QP by the primal-dual interior point of
+  :mod:`~cvxdp.solvers.consistency.ipm` (each row's columns eliminated, every Newton step one
+  factorisation in ``x``), then its active-set polish (:func:`.ipm.polish`: exact
+  multipliers).  OSQP on the same QP (an ADMM on the sparse KKT system, polished) was
+  measured first: 1,450 iterations and 2.5 s on the issue's 600-variable elastic net against
+  Clarabel's 0.9 s, and its polish failed at looser tolerances.
 
 The multipliers are mapped to the family's (``w`` for the loss rows, ``eq``, ``lower``,
 ``upper``, ``order``; :mod:`~cvxdp.solvers.consistency.kkt`) and the result goes through
@@ -37,14 +39,10 @@ from .lp import constraints_feasible
 from .problem import ADMMSettings, ConsistencyData
 from ..result import SolverResult
 
-__all__ = ["solve_lp", "solve_qp", "solve", "ROUTE_LP", "ROUTE_QP"]
+__all__ = ["applies", "run", "solve_lp", "solve_qp", "polish", "ROUTE_LP", "ROUTE_QP"]
 
 ROUTE_LP = "LP (HiGHS interior point)"
 ROUTE_QP = "QP (interior point)"
-# OSQP's own tolerances, relative to the family's eps: its polish then lands on the
-# active set's exact solution, which is what the certificate needs.
-_OSQP_EPS_FACTOR = 1e-1
-_OSQP_MAX_ITER = 100000
 
 
 def applies(data: ConsistencyData, s: ADMMSettings) -> bool:
@@ -106,15 +104,6 @@ def _certified(data, res: SolverResult, w, s) -> SolverResult | None:
     if res.status == R.OPTIMAL and res.info.get("duals_certified"):
         return res
     return None
-
-
-def solve(data: ConsistencyData, s: ADMMSettings) -> tuple[SolverResult | None, np.ndarray | None]:
-    """The LP route for pure L1 losses, the QP route otherwise; ``(result, w)`` with the
-    loss multipliers ``w``, or ``(None, x)`` when the route gave no usable answer (``x`` a
-    start for the ADMM, possibly ``None``)."""
-    if not np.any(data.w2 > 0):
-        return solve_lp(data, s)
-    return solve_qp(data, s)
 
 
 def _loss_rows(data: ConsistencyData, keep: np.ndarray):

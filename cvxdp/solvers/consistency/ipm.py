@@ -32,6 +32,7 @@ ones the dual slacks; the caller certifies them.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -43,7 +44,9 @@ import scipy.sparse.linalg as spla
 
 from .kkt import has_chains, has_eq, order_matrix, split_order
 
-__all__ = ["solve_qp", "IPMResult"]
+__all__ = ["solve_qp", "polish", "IPMResult"]
+
+_LOG = logging.getLogger("cvxdp")
 
 _MAX_ITERS = 100
 # stop at this relative accuracy (residuals, gap) of the scaled problem
@@ -447,7 +450,7 @@ class _Solver:
             res = self._residuals(z)
             acc = self._accuracy(z, res)
             if self.verbose:
-                print(f"ipm {it:3d} acc {acc:.2e} mu {self._mu(z):.2e} " + " ".join(
+                _LOG.info(f"ipm {it:3d} acc {acc:.2e} mu {self._mu(z):.2e} " + " ".join(
                     f"{float(np.abs(a).max(initial=0.0)):.1e}" for a in res) + " obj %.6e %.6e" % self._objectives(z))
             if acc < best[0]:
                 best, best_it = (acc, z), it
@@ -479,7 +482,7 @@ class _Solver:
                 ap = ad = min(ap, ad)
             z = self._move(z, d, ap, ad)
             if self.verbose:
-                print(f"      step {ap:.3f} {ad:.3f} sigma {sigma:.2e}")
+                _LOG.info(f"      step {ap:.3f} {ad:.3f} sigma {sigma:.2e}")
             if max(ap, ad) < 1e-12:
                 break
         acc, z = best
