@@ -20,11 +20,11 @@ scalar curvature
     [ -(H_x + M^T Phi M + D^T Phi_D D)   A^T ] [dx]   [..]
     [               A                     0  ] [dy] = [..]
 
-with ``H_x`` the bounds' barrier curvature: LAPACK's dense Cholesky of the ``n x n`` block
-and of ``A``'s Schur complement on small systems and up to ``_DENSE_MAX`` variables (random
-0/1 rows fill a sparse factor to ~40 % anyway), QDLDL (AMD ordering, one symbolic analysis)
-on the quasi-definite system between, SuperLU beyond; refined against the unregularised
-system.  (On a loaded 2-core machine OpenBLAS's threads made a 600 x 600 Cholesky take 0.2 s
+with ``H_x`` the bounds' barrier curvature: QDLDL (AMD ordering, one symbolic analysis) on
+this quasi-definite system up to ``_QDLDL_MAX`` unknowns, then LAPACK's dense Cholesky of the
+``n x n`` block and of ``A``'s Schur complement up to ``_DENSE_MAX`` variables (random 0/1
+rows fill a sparse factor to ~40 % anyway), SuperLU beyond; refined against the
+unregularised system.  (On a loaded 2-core machine OpenBLAS's threads made a 600 x 600 Cholesky take 0.2 s
 against 0.016 s with one thread; ``OPENBLAS_NUM_THREADS=1`` helps there.)
 The loss-row multipliers ``y_R`` are the loss multipliers
 ``w = -y_R`` of :mod:`~cvxdp.solvers.consistency.kkt`, the equality ones ``-y_A``, the bound
@@ -72,8 +72,6 @@ _QDLDL_MAX = 2000
 # random 0/1 rows fill the sparse factor to ~40 % anyway (n = 3000: SuperLU 3 s, QDLDL 5.6 s,
 # one-thread dense Cholesky 0.5 s, measured on the loaded 2-core machine)
 _DENSE_MAX = 4500
-# ... and on small systems, where the sparse machinery's overhead is most of the time
-_SMALL_DENSE = 200
 
 
 class IPMResult:
@@ -128,7 +126,7 @@ class _Solver:
         self.verbose = verbose
         n, nr, p = P.d.n, P.R.shape[0], P.A.shape[0]
         self.n, self.nr, self.p = n, nr, p
-        if n + p <= _SMALL_DENSE or _QDLDL_MAX < n + p and n <= _DENSE_MAX:
+        if _QDLDL_MAX < n + p and n <= _DENSE_MAX:
             self.mode = "dense"
         else:
             self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
@@ -287,7 +285,7 @@ class _Solver:
         self.reg = reg * diag_scale
         dreg = max(reg, _DUAL_REG) * diag_scale
         if self.mode == "dense":
-            return self._dense_factor(H, dreg)
+            return self._dense_factor(H.toarray(), dreg)
         K = sp.bmat([[-H, P.AT], [P.A, dreg * sp.identity(self.p)]], format="csc") if self.p else (-H).tocsc()
         try:
             if self.mode == "qdldl":
@@ -333,7 +331,7 @@ class _Solver:
     def _dense_factor(self, H, dreg) -> bool:
         """Cholesky factors of ``H`` and of the Schur complement ``A H^-1 A^T + d I``."""
         try:
-            self._chol = la.cho_factor(H.toarray(), lower=True, check_finite=False)
+            self._chol = la.cho_factor(H, lower=True, check_finite=False)
             if self.p:
                 X = la.cho_solve(self._chol, self.P.A.T.toarray(), check_finite=False)
                 S = np.asarray(self.P.A @ X)
