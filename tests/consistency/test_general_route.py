@@ -141,3 +141,16 @@ def test_the_admm_route_stays_available():
     val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False, general_route="admm")
     assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
     assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
+
+
+def test_what_does_not_certify_falls_to_the_admm(monkeypatch):
+    """A route result that fails the certificate is never reported: the ADMM takes over,
+    started from the route's point."""
+    from cvxdp.solvers.consistency import general_exact
+
+    prob, x, M, y = instance(20, "en", "nonneg", 6)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    monkeypatch.setattr(general_exact, "_certified", lambda *a, **k: None)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
