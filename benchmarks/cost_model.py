@@ -62,6 +62,14 @@ def admm_general(cells, loss):
     return cp.Problem(cp.Minimize(_loss(loss, y, z)), [Q @ z == Q @ counts, z >= 0])
 
 
+def general_exact(n, loss):
+    """Any loss matrix (identity on sparse random 0/1 rows), random equality rows, ``x >= 0``:
+    the LP / interior-point route (``benchmarks/general_path.py``'s instances)."""
+    from general_path import instance
+
+    return instance(n, {"mixed": "en"}.get(loss, loss), "nonneg")
+
+
 def histogram_tree(units, loss):
     rng = np.random.default_rng(2)
     k = 16
@@ -112,6 +120,7 @@ FAMILIES = {
     "admm_tree": (admm_tree, [2 ** 6, 2 ** 8, 2 ** 10, 2 ** 12, 2 ** 14], cvxdp.ADMM,
                   ("l1", "l2", "mixed")),
     "admm_general": (admm_general, [64, 256, 1024, 4096, 16384, 32768], cvxdp.ADMM, ("l1", "l2", "mixed")),
+    "general_exact": (general_exact, [100, 300, 1000, 3000], cvxdp.ADMM, ("l1", "l2", "mixed")),
     "histogram_tree": (histogram_tree, [50, 200, 1000, 4000], cvxdp.ADMM, ("l1", "l2")),
     "marginal_polytope": (marginal_polytope, [125, 1000, 8000, 27000, 125000], cvxdp.MIRROR_DESCENT,
                           ("l1", "l2")),

@@ -36,6 +36,10 @@ FITS: dict[str, tuple[float, float, float, float]] = {
     "admm_general/l1": (-4.087, 0.272, -8.893, 0.827),
     "admm_general/l2": (-5.973, 0.541, -9.057, 0.833),
     "admm_general/mixed": (-5.106, 0.418, -8.956, 0.875),
+    # any loss matrix (not separable, no tree): the LP (HiGHS) / the interior point, n = 100 .. 3000
+    "general_exact/l1": (-8.605, 1.15, -11.701, 1.784),
+    "general_exact/l2": (-9.289, 1.5, -10.231, 1.494),
+    "general_exact/mixed": (-10.752, 1.742, -7.033, 1.077),
     "histogram_tree/l1": (-6.915, 0.645, -11.951, 1.136),
     "histogram_tree/l2": (-8.693, 0.592, -11.072, 1.011),
     "marginal_polytope/l1": (-4.487, 0.192, -8.291, 0.711),

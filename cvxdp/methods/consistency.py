@@ -14,7 +14,12 @@ bounds and order chains (:mod:`cvxdp.recognise.consistency`).  The numerical lay
   nodes, where the loss is separable and consistency is the tree projection;
 * ``"ADMM separable/..."`` -- a separable loss and one constraint set, projected onto
   (``tree``: the two-pass projection; ``affine``: a cached factorisation; ``chains``: PAVA);
-* ``"ADMM general"`` -- any other loss matrix (the matrix mechanism): the residual split.
+* ``"LP (HiGHS interior point)"`` / ``"QP (interior point)"`` -- any other loss
+  matrix (the matrix mechanism), pure L1 / squared or elastic-net rows: the whole problem by
+  HiGHS / by the interior point of :mod:`cvxdp.solvers.consistency.ipm`, certified like the
+  ADMM's results (:mod:`cvxdp.solvers.consistency.general_exact`);
+* ``"ADMM general"`` -- the same by the residual-split ADMM (``general_route="admm"``,
+  ``polish=False`` or ``equality_split="penalty"``, or when the exact route does not certify).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import numpy as np
 import cvxpy as cp
 
 from ..solvers.consistency import admm as admm_solver
-from ..solvers.consistency import fixings, histogram_tree, isotonic_l1
+from ..solvers.consistency import fixings, general_exact, histogram_tree, isotonic_l1
 from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..names import ADMM
@@ -60,6 +65,11 @@ OPTIONS = OptionSet.build(ADMM, max_iters=admm_solver.ADMMSettings.max_iters,
            "A x - b as a residual block, x-update with A^T A + 2 I); a LocalPolytope is "
            "always projected onto exactly",
            choices=("projection", "penalty")),
+    Option("general_route", "choice", "auto",
+           "off the tree / separable structures (any loss matrix): 'auto' solves the LP "
+           "(pure L1, HiGHS) or the QP (interior point) and certifies it, the "
+           "ADMM taking over only if that fails; 'admm' runs the residual-split ADMM",
+           choices=("auto", "admm")),
 ])
 
 
@@ -93,7 +103,8 @@ class ConsistencyADMM:
                            solve_time=0.0, setup_time=0.0, reason=ext.trivially_infeasible,
                            info={"route": "none (infeasible as read)"})
         solver_settings = admm_solver.ADMMSettings(**settings.pick(
-            *STOPPING, "rho", "alpha", "adaptive_rho", "polish", "check_every", "equality_split"))
+            *STOPPING, "rho", "alpha", "adaptive_rho", "polish", "check_every", "equality_split",
+            "general_route"))
         x0 = state = None
         if settings.warm_start:
             if all(v.value is not None for v in ext.variables):
@@ -139,6 +150,8 @@ def _cost_family(data) -> str:
         return f"admm_tree/{loss}"
     if data.forest_rows() is not None or fixings.find(data) is not None:
         return f"admm_tree/{loss}"
+    if general_exact.applies(data, admm_solver.ADMMSettings()):
+        return f"general_exact/{loss}"           # the LP (HiGHS) or the interior point
     return f"admm_general/{loss}"
 
 

@@ -2,7 +2,7 @@
 
 The shared options and ``rho``, ``alpha``, ``adaptive_rho``, ``check_every`` and ``polish``
 mean what they mean for every ADMM solve, and ``dual_newton`` applies here only
-(``equality_split`` has nothing to choose here: the consistency set is always projected onto
+(``equality_split`` and ``general_route`` have nothing to choose here: the consistency set is always projected onto
 exactly).  The routes, reported as ``extra_stats["info"]["route"]``:
 
 * ``"dual Newton"`` -- a loss that measures every cell with squared rows: the semismooth

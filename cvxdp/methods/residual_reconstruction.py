@@ -8,7 +8,7 @@ an ADMM in residual coordinates, where consistency holds by construction and eve
 closed form, stopped by a certified duality gap; the local polytope's dual is written (minus the loss's
 gradient at the bound's own point, whose Lagrangian bound is at least the certified one).  Of ADMM's own options ``rho``,
 ``alpha``, ``check_every`` and ``polish`` (the least-squares point on the face the ADMM holds
-at zero, at every check) apply here; ``adaptive_rho``, ``dual_newton`` and ``equality_split``
+at zero, at every check) apply here; ``adaptive_rho``, ``dual_newton``, ``equality_split`` and ``general_route``
 have nothing to choose.
 """
 from __future__ import annotations

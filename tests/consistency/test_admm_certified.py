@@ -436,7 +436,7 @@ def test_rho_stays_in_range_and_elastic_net_reaches_optimal():
     prob = cp.Problem(cp.Minimize(cvxdp.elastic_net(meas, x, 0.5)), [x >= 0, cp.sum(x) == data.sum()])
     prob.solve(solver=cp.CLARABEL, **CLARABEL)
     ref = prob.value
-    prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False, general_route="admm")
     assert prob.status == cp.OPTIMAL
     assert abs(prob.value - ref) <= 2e-6 * abs(ref)
     assert 1e-8 < method_info(prob, "rho") < 1e8

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import fixings
+from . import general_exact
 from . import histogram_tree
 from . import isotonic_l1
 from .. import result as R
@@ -98,6 +100,16 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
     fixed = fixings.find(data)
     if fixed is not None:              # rows fixing one coordinate beside a forest: bounds
         return fixings.solve(data, fixed, settings, x0, state, solve)
+    if general_exact.applies(data, settings):
+        # off the tree / separable structures: the LP (HiGHS) or the interior point, certified
+        # the same way; what does not certify falls to the ADMM, started from its point
+        t0 = time.perf_counter()
+        out = general_exact.run(data, settings)
+        if isinstance(out, SolverResult):
+            return out
+        if x0 is None and out[1] is not None:
+            x0 = out[1]
+        settings = replace(settings, time_limit=settings.time_limit - (time.perf_counter() - t0))
     t0 = time.perf_counter()
     solver = _splitting(data, settings)
     infeasible = solver.infeasible_setup or (

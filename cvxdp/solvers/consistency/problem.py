@@ -143,6 +143,7 @@ class ADMMSettings:
     polish: bool = True
     polish_gap: float = 1e-2          # try polishing once the gap is below this
     equality_split: str = "projection"  # or "penalty": A x = b as a residual block (Alg. 1)
+    general_route: str = "auto"         # or "admm": the general case by the residual split
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 

@@ -1,0 +1,631 @@
+"""A primal-dual interior-point method for the consistency problem with any loss matrix.
+
+The problem of :mod:`~cvxdp.solvers.consistency.problem` with squared or elastic-net rows is
+the convex QP, in the variables ``x`` and per loss row ``i`` its private columns,
+
+* ``w1_i > 0``: ``p_i, q_i >= 0`` with ``M_i x - p_i + q_i = y_i``, objective
+  ``w1_i (p_i + q_i) + (w2_i / 2) (p_i - q_i)^2``;
+* ``w1_i = 0 < w2_i``: ``v_i`` free with ``M_i x - v_i = y_i``, objective ``(w2_i / 2) v_i^2``;
+
+per order edge a slack ``g_e >= 0`` with ``D_e x + g_e = 0``; ``A x = b`` and
+``lower <= x <= upper``.  Mehrotra's predictor-corrector (Nocedal & Wright 2006, alg. 16.4,
+with two-sided bounds) solves it.  Every Newton system is reduced to the variables ``x``: a
+row's private columns enter only its own row, so eliminating them leaves the row with the
+scalar curvature
+
+    phi_i = w2_i + d_p d_q / (d_p + d_q)       (d = s / t, the columns' barrier curvatures)
+
+(``w2_i`` for a squared row, ``d_g`` for an order edge), and the step solves
+
+    [ -(H_x + M^T Phi M + D^T Phi_D D)   A^T ] [dx]   [..]
+    [               A                     0  ] [dy] = [..]
+
+with ``H_x`` the bounds' barrier curvature: QDLDL (AMD ordering, one symbolic analysis) on
+this quasi-definite system up to ``_QDLDL_MAX`` unknowns, then LAPACK's dense Cholesky of the
+``n x n`` block and of ``A``'s Schur complement up to ``_DENSE_MAX`` variables (random 0/1
+rows fill a sparse factor to ~40 % anyway), SuperLU beyond; refined against the
+unregularised system.  (On a loaded 2-core machine OpenBLAS's threads made a 600 x 600 Cholesky take 0.2 s
+against 0.016 s with one thread; ``OPENBLAS_NUM_THREADS=1`` helps there.)
+The loss-row multipliers ``y_R`` are the loss multipliers
+``w = -y_R`` of :mod:`~cvxdp.solvers.consistency.kkt`, the equality ones ``-y_A``, the bound
+ones the dual slacks; the caller certifies them.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+import qdldl
+import scipy.linalg as la
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from .kkt import has_chains, has_eq, order_matrix, split_order
+
+__all__ = ["solve_qp", "polish", "IPMResult"]
+
+_LOG = logging.getLogger("cvxdp")
+
+_MAX_ITERS = 100
+# stop at this relative accuracy (residuals, gap) of the scaled problem
+_TOL = 1e-10
+# ... or the best iterate within _LOOSE_TOL once no progress is made for _STALL iterations
+_LOOSE_TOL = 1e-8
+_STALL = 5
+# ... and give up after this many iterations without a new best (the constraints may have
+# no solution: the caller asks HiGHS)
+_NO_PROGRESS = 10
+_STEP = 0.995
+_SAME_STEP = True
+# regularisation of the reduced system (relative to its diagonal) tried in turn
+_REGS = (1e-13, 1e-10, 1e-7)
+_REFINE = 10
+# the equality rows' regularisation (relative): quasi-definite LDL without pivoting needs it
+# well above rounding, iterative refinement removes its effect
+_DUAL_REG = 1e-10
+# QDLDL (one symbolic analysis, then numeric updates) up to this many unknowns of the reduced
+# system, SuperLU (minimum degree on A + A^T, less fill measured on random 0/1 rows) beyond
+_QDLDL_MAX = 2000
+# ... LAPACK's dense Cholesky of the n x n block (and of A's Schur complement) up to this n:
+# random 0/1 rows fill the sparse factor to ~40 % anyway (n = 3000: SuperLU 3 s, QDLDL 5.6 s,
+# one-thread dense Cholesky 0.5 s, measured on the loaded 2-core machine)
+_DENSE_MAX = 4500
+
+
+class IPMResult:
+    """``x``, the loss multipliers ``w`` (one per row of ``M``), ``duals`` (family keys),
+    ``iterations`` and the final relative accuracy."""
+
+    def __init__(self, x, w, duals, iterations, accuracy, at_lo, at_hi, kink):
+        self.x, self.w, self.duals, self.iterations, self.accuracy = x, w, duals, iterations, accuracy
+        # the active set the iterate points at (a dual slack above its primal one, both
+        # scaled): bounds hit and L1 rows at their kink (p and q both vanishing)
+        self.at_lo, self.at_hi, self.kink = at_lo, at_hi, kink
+
+
+class _Problem:
+    """The QP's arrays: ``R = [M_rows; D]`` (rows with private columns), ``A``, bounds and
+    the per-row kinds."""
+
+    def __init__(self, d) -> None:
+        self.d = d
+        n = d.n
+        rows = np.flatnonzero((d.w1 > 0) | (d.w2 > 0))
+        self.rows = rows
+        M = d.M.tocsr()[rows]
+        D = order_matrix(d.chains, n) if has_chains(d) else sp.csr_matrix((0, n))
+        self.k, self.nd = rows.size, D.shape[0]
+        self.R = sp.vstack([M, D]).tocsr()
+        self.RT = self.R.T.tocsr()
+        self.yR = np.r_[d.y[rows], np.zeros(self.nd)]
+        self.w1 = np.r_[d.w1[rows], np.zeros(self.nd)]
+        self.w2 = np.r_[d.w2[rows], np.zeros(self.nd)]
+        self.split = self.w1 > 0                     # p, q columns
+        self.edge = np.r_[np.zeros(self.k, bool), np.ones(self.nd, bool)]
+        self.vrow = ~self.split & ~self.edge          # free v column
+        self.A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, n))
+        self.AT = self.A.T.tocsr()
+        self.b = d.b if has_eq(d) else np.zeros(0)
+        self.lo_f, self.up_f = np.isfinite(d.lower), np.isfinite(d.upper)
+        self.l = np.where(self.lo_f, d.lower, 0.0)
+        self.u = np.where(self.up_f, d.upper, 0.0)
+
+
+def solve_qp(d, deadline: float = math.inf, verbose: bool = False) -> IPMResult | None:
+    """Solve ``d`` (any loss weights; pure L1 too) by the interior point; ``None`` when it
+    does not converge (or runs past ``deadline``, a ``time.perf_counter()`` time)."""
+    P = _Problem(d)
+    return _Solver(P, verbose).run(deadline)
+
+
+class _Solver:
+    def __init__(self, P: _Problem, verbose: bool) -> None:
+        self.P = P
+        self.verbose = verbose
+        n, nr, p = P.d.n, P.R.shape[0], P.A.shape[0]
+        self.n, self.nr, self.p = n, nr, p
+        if _QDLDL_MAX < n + p and n <= _DENSE_MAX:
+            self.mode = "dense"
+        else:
+            self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
+        self._lu = None
+        self._pattern = None
+        self._ldl = None
+
+    # ---------------------------------------------------------------- start and scaling
+    def _start(self):
+        """Mehrotra's starting point (Nocedal & Wright 2006, sec. 16.6 / 14.2): ``x`` from the
+        equality-constrained least squares with the curvatures ``w1 + w2`` (one factorisation),
+        the loss multipliers its gradient, then primal and dual slacks shifted positive and
+        balanced."""
+        P = self.P
+        n = self.n
+        # scale: the loss per row at the origin clipped into the bounds (objective ~ one unit)
+        x_c = np.clip(np.zeros(n), P.d.lower, P.d.upper)
+        r_c = P.R @ x_c - P.yR
+        f = float(P.w1 @ np.abs(r_c) + 0.5 * P.w2 @ (r_c * r_c))
+        self.scale = max(f / max(P.k, 1), 1e-12 * max(float(np.max(P.w1, initial=0.0)), 1.0), 1e-300)
+        c1, c2 = P.w1 / self.scale, P.w2 / self.scale
+        self.c1, self.c2 = c1, c2
+        curv = np.where(P.edge, 0.0, c2 + c1 / (1.0 + np.abs(r_c)))
+        curv = np.where(curv > 0, curv, 1.0)
+        hx = 1e-6 * float(np.mean(curv)) * np.ones(n)
+        x = x_c
+        if self._assemble(np.where(P.edge, 0.0, curv), hx, 1e-10):
+            # min 1/2 sum curv (R x - y)^2 + 1/2 hx |x - x_c|^2  s.t.  A x = b
+            fx = -(P.RT @ (curv * np.where(P.edge, 0.0, P.yR)) + hx * x_c)
+            with np.errstate(over="ignore", invalid="ignore"):
+                xs, _ = self._apply(fx, P.b)
+            if np.all(np.isfinite(xs)):
+                x = xs
+        # into the bounds by a margin (a uniform shift by the most negative slack, as in
+        # Mehrotra's rule, moved every coordinate by the worst one's 1e3)
+        mag = float(np.median(np.abs(P.yR[:P.k]))) if P.k else 1.0
+        theta = np.minimum(0.1 * max(mag, 1e-8), 0.25 * np.where(P.lo_f & P.up_f, P.u - P.l, np.inf))
+        x = np.where(P.lo_f, np.maximum(x, P.l + theta), x)
+        x = np.where(P.up_f, np.minimum(x, P.u - theta), x)
+        r = P.R @ x - P.yR
+        # loss multipliers: the gradient at x (-yR in the Lagrangian's sign)
+        yR = np.where(P.split, -(c1 * np.sign(r) + c2 * r), np.where(P.vrow, -c2 * r, 0.0))
+        g = -(P.RT @ yR)                                     # = s_lo - s_up wanted
+        t_pairs = [np.where(P.lo_f, x - P.l, np.inf), np.where(P.up_f, P.u - x, np.inf),
+                   np.where(P.split, np.maximum(r, 0.0), np.inf), np.where(P.split, np.maximum(-r, 0.0), np.inf),
+                   np.where(P.edge, np.maximum(-r, 0.0), np.inf)]
+        s_lo = np.where(P.lo_f, np.maximum(g, 0.0), 0.0)
+        s_up = np.where(P.up_f, np.maximum(-g, 0.0), 0.0)
+        s_p = np.where(P.split, c1 + c2 * r + yR, 0.0)
+        s_q = np.where(P.split, c1 - c2 * r - yR, 0.0)
+        s_g = np.where(P.edge, 1.0, 0.0)
+        masks = [P.lo_f, P.up_f, P.split, P.split, P.edge]
+        s_pairs = [s_lo, s_up, s_p, s_q, s_g]
+        T = np.concatenate([t[mk] for t, mk in zip(t_pairs, masks)])
+        S = np.concatenate([v[mk] for v, mk in zip(s_pairs, masks)])
+        if T.size == 0:
+            dt = ds = 0.0
+        else:
+            dt = max(-1.5 * float(T.min()), 0.0) + 1e-8
+            ds = max(-1.5 * float(S.min()), 0.0) + 1e-8
+            T2, S2 = T + dt, S + ds
+            dot = float(T2 @ S2)
+            dt += 0.5 * dot / float(S2.sum())
+            ds += 0.5 * dot / float(T2.sum())
+        # the primal shift moves x into the bounds (half the width at most)
+        width = np.where(P.lo_f & P.up_f, P.u - P.l, np.inf)
+        shift = np.minimum(dt, 0.5 * width)
+        x = np.where(P.lo_f, np.maximum(x, P.l + shift), x)
+        x = np.where(P.up_f, np.minimum(x, P.u - shift), x)
+        r = P.R @ x - P.yR
+        pp = np.where(P.split, np.maximum(r, 0.0) + dt, 0.0)
+        qq = np.where(P.split, np.maximum(-r, 0.0) + dt, 0.0)
+        v = np.where(P.vrow, r, 0.0)
+        gg = np.where(P.edge, np.maximum(-r, 0.0) + dt, 0.0)
+        return dict(x=x, p=pp, q=qq, v=v, g=gg, yR=yR, yA=np.zeros(self.p),
+                    sp=np.where(P.split, s_p + ds, 0.0), sq=np.where(P.split, s_q + ds, 0.0),
+                    sg=np.where(P.edge, s_g + ds, 0.0), sl=np.where(P.lo_f, s_lo + ds, 0.0),
+                    su=np.where(P.up_f, s_up + ds, 0.0))
+
+    # ---------------------------------------------------------------- residuals
+    def _residuals(self, z):
+        """Primal / dual residuals of the scaled KKT conditions."""
+        P = self.P
+        c1, c2 = self.c1, self.c2
+        # primal: R x - p + q - v + g = yR ; A x = b
+        rR = P.yR - (P.R @ z["x"] - z["p"] + z["q"] - z["v"] + z["g"])
+        rA = P.b - P.A @ z["x"]
+        # dual (stationarity): objective gradient - (constraint^T y) - s_lower + s_upper = 0
+        diff = z["p"] - z["q"]
+        dx = -(P.RT @ z["yR"]) - P.AT @ z["yA"] - z["sl"] + z["su"]
+        dp = np.where(P.split, c1 + c2 * diff + z["yR"] - z["sp"], 0.0)
+        dq = np.where(P.split, c1 - c2 * diff - z["yR"] - z["sq"], 0.0)
+        dv = np.where(P.vrow, c2 * z["v"] + z["yR"], 0.0)
+        dg = np.where(P.edge, -z["yR"] - z["sg"], 0.0)
+        return rR, rA, dx, dp, dq, dv, dg
+
+    def _objectives(self, z):
+        P = self.P
+        diff = z["p"] - z["q"]
+        quad = float(np.sum(np.where(P.split, self.c2 * diff * diff, 0.0))
+                     + np.sum(np.where(P.vrow, self.c2 * z["v"] ** 2, 0.0)))
+        pobj = float(np.sum(np.where(P.split, self.c1 * (z["p"] + z["q"]), 0.0))) + 0.5 * quad
+        dobj = (float(z["yR"] @ P.yR + z["yA"] @ P.b) - 0.5 * quad
+                + float(z["sl"][P.lo_f] @ P.l[P.lo_f]) - float(z["su"][P.up_f] @ P.u[P.up_f]))
+        return pobj, dobj
+
+    def _accuracy(self, z, res):
+        rR, rA, dx, dp, dq, dv, dg = res
+        pobj, dobj = self._objectives(z)
+        bn = 1.0 + float(max(np.abs(self.P.yR).max(initial=0.0), np.abs(self.P.b).max(initial=0.0)))
+        cn = 1.0 + float(np.abs(self.c1).max(initial=0.0))
+        prim = max(float(np.abs(rR).max(initial=0.0)), float(np.abs(rA).max(initial=0.0))) / bn
+        dual = max(float(np.abs(a).max(initial=0.0)) for a in (dx, dp, dq, dv, dg)) / cn
+        gap = abs(pobj - dobj) / max(abs(pobj), 1.0)
+        return max(prim, dual, gap)
+
+    # ---------------------------------------------------------------- complementarity
+    def _pairs(self, z):
+        """(primal slack, dual slack, mask) of every bound."""
+        P = self.P
+        return [(z["x"] - P.l, z["sl"], P.lo_f), (P.u - z["x"], z["su"], P.up_f),
+                (z["p"], z["sp"], P.split), (z["q"], z["sq"], P.split), (z["g"], z["sg"], P.edge)]
+
+    def _mu(self, z):
+        tot, cnt = 0.0, 0
+        for t, s, mk in self._pairs(z):
+            tot += float(np.dot(t[mk], s[mk]))
+            cnt += int(mk.sum())
+        return tot / max(cnt, 1)
+
+    # ---------------------------------------------------------------- Newton system
+    def _factor(self, z, reg):
+        """Reduce and factorise for the current barrier curvatures."""
+        P = self.P
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hl = np.where(P.lo_f, z["sl"] / (z["x"] - P.l), 0.0)
+            hu = np.where(P.up_f, z["su"] / (P.u - z["x"]), 0.0)
+            dp = np.where(P.split, z["sp"] / np.where(P.split, z["p"], 1.0), 0.0)
+            dq = np.where(P.split, z["sq"] / np.where(P.split, z["q"], 1.0), 0.0)
+            dg = np.where(P.edge, z["sg"] / np.where(P.edge, z["g"], 1.0), 0.0)
+        c2 = self.c2
+        # per-row 2x2 Hessian of (p, q): [[c2 + dp, -c2], [-c2, c2 + dq]]
+        det = c2 * (dp + dq) + dp * dq
+        phi = np.where(P.split, det / np.where(P.split, dp + dq, 1.0),
+                       np.where(P.vrow, c2, dg))
+        self.h = dict(hl=hl, hu=hu, dp=dp, dq=dq, dg=dg, det=det, phi=phi)
+        return self._assemble(phi, hl + hu, reg)
+
+    def _assemble(self, phi, Hx, reg):
+        """Factorise ``[-(Hx + R^T Phi R)  A^T; A  d I]`` (regularised)."""
+        P = self.P
+        H = (P.RT @ sp.diags(phi) @ P.R).tocsc() + sp.diags(Hx)
+        self._H = H
+        diag_scale = max(float(np.abs(H.diagonal()).max(initial=0.0)), 1e-300)
+        H = H + sp.diags(np.full(self.n, reg * diag_scale))
+        self.reg = reg * diag_scale
+        dreg = max(reg, _DUAL_REG) * diag_scale
+        if self.mode == "dense":
+            return self._dense_factor(H.toarray(), dreg)
+        K = sp.bmat([[-H, P.AT], [P.A, dreg * sp.identity(self.p)]], format="csc") if self.p else (-H).tocsc()
+        try:
+            if self.mode == "qdldl":
+                K.sort_indices()
+                pattern = (K.indptr.tobytes(), K.indices.tobytes())
+                if self._ldl is None or pattern != self._pattern:
+                    self._ldl, self._pattern = qdldl.Solver(K), pattern
+                else:
+                    self._ldl.update(K)
+            else:
+                self._lu = spla.splu(K, permc_spec="MMD_AT_PLUS_A")
+        except (RuntimeError, ValueError):
+            self._ldl = None
+            return False
+        return True
+
+    def _solve_reduced(self, fx, fA):
+        """``[-H  A^T; A  0] (dx, dyA) = (fx, fA)``, refined against the unregularised system."""
+        dx, dy = self._apply(fx, fA)
+        scale = 1.0 + float(max(np.abs(fx).max(initial=0.0), np.abs(fA).max(initial=0.0)))
+        for _ in range(_REFINE):
+            r1 = fx - (-(self._H @ dx) + self.P.AT @ dy)
+            r2 = fA - self.P.A @ dx
+            if max(float(np.abs(r1).max(initial=0.0)), float(np.abs(r2).max(initial=0.0))) <= 1e-15 * scale:
+                break
+            ex, ey = self._apply(r1, r2)
+            dx, dy = dx + ex, dy + ey
+        return dx, dy
+
+    def _apply(self, fx, fA):
+        """The regularised system's solution from the current factorisation."""
+        rhs = np.r_[fx, fA]
+        if self.mode == "dense":
+            # -H dx + A^T dy = fx, A dx + d dy = fA:  (A H^-1 A^T + d) dy = fA + A H^-1 fx
+            hf = la.cho_solve(self._chol, fx, check_finite=False)
+            if not self.p:
+                return -hf, np.zeros(0)
+            dy = la.cho_solve(self._schur, fA + self.P.A @ hf, check_finite=False)
+            return la.cho_solve(self._chol, self.P.AT @ dy - fx, check_finite=False), dy
+        sol = self._ldl.solve(rhs) if self.mode == "qdldl" else self._lu.solve(rhs)
+        return sol[:self.n], sol[self.n:]
+
+    def _dense_factor(self, H, dreg) -> bool:
+        """Cholesky factors of ``H`` and of the Schur complement ``A H^-1 A^T + d I``."""
+        try:
+            self._chol = la.cho_factor(H, lower=True, check_finite=False)
+            if self.p:
+                X = la.cho_solve(self._chol, self.P.A.T.toarray(), check_finite=False)
+                S = np.asarray(self.P.A @ X)
+                S[np.diag_indices_from(S)] += dreg
+                self._schur = la.cho_factor(S, lower=True, check_finite=False)
+        except (la.LinAlgError, ValueError):
+            return False
+        return bool(np.all(np.isfinite(self._chol[0].diagonal())))
+
+    def _direction(self, z, res, rc):
+        """The Newton direction for the residuals ``res`` and complementarity targets ``rc``
+        (a dict of ``sigma mu - t s - corrections`` per bound)."""
+        P, h = self.P, self.h
+        rR, rA, ex, ep, eq_, ev, eg = res
+        c2 = self.c2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tl = np.where(P.lo_f, z["x"] - P.l, 1.0)
+            tu = np.where(P.up_f, P.u - z["x"], 1.0)
+            tp = np.where(P.split, z["p"], 1.0)
+            tq = np.where(P.split, z["q"], 1.0)
+            tg = np.where(P.edge, z["g"], 1.0)
+        # linearised: (grad of col) d - constraint^T dy - ds_lo + ds_up = -dual residual, with
+        # ds = (rc - s dt) / t ; so per column:  Hcol dcol - a^T dy = -e + rc_lo/t - rc_up/t
+        bx = -ex + np.where(P.lo_f, rc["l"] / tl, 0.0) - np.where(P.up_f, rc["u"] / tu, 0.0)
+        bp = -ep + np.where(P.split, rc["p"] / tp, 0.0)
+        bq = -eq_ + np.where(P.split, rc["q"] / tq, 0.0)
+        bv = -ev
+        bg = -eg + np.where(P.edge, rc["g"] / tg, 0.0)
+        # row i: R_i dx - dp + dq - dv + dg = rR_i ; columns: p: (c2+dp) dp_ - c2 dq_ + dy = bp
+        # (constraint coefficient of p is -1: "- a^T dy" = + dy), q: -c2 dp_ + (c2+dq) dq_ - dy = bq,
+        # v: c2 dv + dy = bv, g: dg_ * dg - dy = bg.
+        # Eliminate: express each row's private step as u_i + k_i dy_i, then the row equation
+        # gives dy_i = phi_i (R_i dx - rR_i + (const part)).
+        det = np.where(P.split, h["det"], 1.0)
+        # p,q: [[a, -c],[-c, e]] [dp; dq] = [bp - dy; bq + dy]  (a = c2 + dp, e = c2 + dq)
+        a_ = c2 + h["dp"]
+        e_ = c2 + h["dq"]
+        # inverse: 1/det [[e, c],[c, a]]
+        up = (e_ * bp + c2 * bq) / det
+        uq = (c2 * bp + a_ * bq) / det
+        kp = (-e_ + c2) / det          # coefficient of dy in dp
+        kq = (-c2 + a_) / det          # coefficient of dy in dq
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cv = np.where(P.vrow, c2, 1.0)
+            uv, kv = np.where(P.vrow, bv / cv, 0.0), np.where(P.vrow, -1.0 / cv, 0.0)
+            cg = np.where(P.edge, h["dg"], 1.0)
+            ug, kg = np.where(P.edge, bg / cg, 0.0), np.where(P.edge, 1.0 / cg, 0.0)
+        up, uq, kp, kq = (np.where(P.split, t, 0.0) for t in (up, uq, kp, kq))
+        # row: R dx - (up + kp dy) + (uq + kq dy) - (uv + kv dy) + (ug + kg dy) = rR
+        # -> R dx + (kq - kp - kv + kg) dy = rR + up - uq + uv - ug ; kq - kp - kv + kg = 1/phi
+        const = rR + up - uq + uv - ug
+        phi = h["phi"]
+        # dy = phi (const - R dx);  x columns: Hx dx - R^T dy - A^T dyA = bx
+        # -> (Hx + R^T phi R) dx - A^T dyA = bx + R^T phi const ; A dx = rA
+        fx = -(bx + P.RT @ (phi * const))
+        dx, dyA = self._solve_reduced(fx, rA)
+        dyR = phi * (const - P.R @ dx)
+        d = dict(x=dx, yA=dyA, yR=dyR,
+                 p=up + kp * dyR, q=uq + kq * dyR, v=uv + kv * dyR, g=ug + kg * dyR)
+        d["sl"] = np.where(P.lo_f, (rc["l"] - z["sl"] * dx) / tl, 0.0)
+        d["su"] = np.where(P.up_f, (rc["u"] + z["su"] * dx) / tu, 0.0)
+        d["sp"] = np.where(P.split, (rc["p"] - z["sp"] * d["p"]) / tp, 0.0)
+        d["sq"] = np.where(P.split, (rc["q"] - z["sq"] * d["q"]) / tq, 0.0)
+        d["sg"] = np.where(P.edge, (rc["g"] - z["sg"] * d["g"]) / tg, 0.0)
+        return d
+
+    def _step_length(self, z, d):
+        P = self.P
+        ap, ad = 1.0, 1.0
+        prim = [(z["x"] - P.l, d["x"], P.lo_f), (P.u - z["x"], -d["x"], P.up_f),
+                (z["p"], d["p"], P.split), (z["q"], d["q"], P.split), (z["g"], d["g"], P.edge)]
+        dual = [(z[k], d[k], mk) for k, mk in (("sl", P.lo_f), ("su", P.up_f), ("sp", P.split),
+                                                ("sq", P.split), ("sg", P.edge))]
+        for t, dt, mk in prim:
+            neg = mk & (dt < 0)
+            if neg.any():
+                ap = min(ap, float(np.min(-t[neg] / dt[neg])))
+        for t, dt, mk in dual:
+            neg = mk & (dt < 0)
+            if neg.any():
+                ad = min(ad, float(np.min(-t[neg] / dt[neg])))
+        return ap, ad
+
+    @staticmethod
+    def _move(z, d, ap, ad):
+        out = dict(z)
+        for k in ("x", "p", "q", "v", "g"):
+            out[k] = z[k] + ap * d[k]
+        for k in ("yR", "yA", "sl", "su", "sp", "sq", "sg"):
+            out[k] = z[k] + ad * d[k]
+        return out
+
+    def _rc(self, z, sigma_mu, d_aff=None):
+        P = self.P
+        out = {}
+        pairs = {"l": (z["x"] - P.l, z["sl"], P.lo_f, "x", "sl", 1.0),
+                 "u": (P.u - z["x"], z["su"], P.up_f, "x", "su", -1.0),
+                 "p": (z["p"], z["sp"], P.split, "p", "sp", 1.0),
+                 "q": (z["q"], z["sq"], P.split, "q", "sq", 1.0),
+                 "g": (z["g"], z["sg"], P.edge, "g", "sg", 1.0)}
+        for key, (t, s, mk, kt, ks, sg) in pairs.items():
+            val = sigma_mu - t * s
+            if d_aff is not None:
+                val = val - sg * d_aff[kt] * d_aff[ks]
+            out[key] = np.where(mk, val, 0.0)
+        return out
+
+    # ---------------------------------------------------------------- the iteration
+    def run(self, deadline: float) -> IPMResult | None:
+        z = self._start()
+        best, best_it = (math.inf, None), 0
+        it = 0
+        for it in range(1, _MAX_ITERS + 1):
+            res = self._residuals(z)
+            acc = self._accuracy(z, res)
+            if self.verbose:
+                _LOG.info(f"ipm {it:3d} acc {acc:.2e} mu {self._mu(z):.2e} " + " ".join(
+                    f"{float(np.abs(a).max(initial=0.0)):.1e}" for a in res) + " obj %.6e %.6e" % self._objectives(z))
+            if acc < best[0]:
+                best, best_it = (acc, z), it
+            if acc <= _TOL:
+                break
+            if it - best_it >= _STALL and best[0] <= _LOOSE_TOL:
+                break
+            if it - best_it >= _NO_PROGRESS:             # diverging (infeasible constraints)
+                break
+            if time.perf_counter() > deadline:
+                return None
+            mu = self._mu(z)
+            for reg in _REGS:
+                if not self._factor(z, reg):
+                    continue
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    d_aff = self._direction(z, res, self._rc(z, 0.0))
+                    ap, ad = self._step_length(z, d_aff)
+                    mu_aff = self._mu(self._move(z, d_aff, ap, ad))
+                    sigma = (mu_aff / mu) ** 3 if mu > 0 else 0.0
+                    d = self._direction(z, res, self._rc(z, sigma * mu, d_aff))
+                if all(np.all(np.isfinite(v)) for v in d.values()):
+                    break
+            else:
+                break
+            ap, ad = self._step_length(z, d)
+            ap, ad = _STEP * ap, _STEP * ad
+            if _SAME_STEP and np.any(self.c2 > 0):
+                ap = ad = min(ap, ad)
+            z = self._move(z, d, ap, ad)
+            if self.verbose:
+                _LOG.info(f"      step {ap:.3f} {ad:.3f} sigma {sigma:.2e}")
+            if max(ap, ad) < 1e-12:
+                break
+        acc, z = best
+        if z is None or acc > _LOOSE_TOL:
+            return None
+        return self._unpack(z, it, acc)
+
+    def _unpack(self, z, it, acc) -> IPMResult:
+        P, d = self.P, self.P.d
+        sc = self.scale
+        w = np.zeros(d.M.shape[0])
+        yR = z["yR"] * sc
+        w[P.rows] = -yR[:P.k]
+        flat = P.split[:P.k] & (P.w2[:P.k] == 0)
+        w1 = P.w1[:P.k]
+        w[P.rows[flat]] = np.clip(w[P.rows[flat]], -w1[flat], w1[flat])
+        duals = {"lower": np.where(P.lo_f, z["sl"] * sc, 0.0), "upper": np.where(P.up_f, z["su"] * sc, 0.0)}
+        if self.p:
+            duals["eq"] = -z["yA"] * sc
+        if P.nd:
+            duals["order"] = split_order(d.chains, np.maximum(z["sg"][P.k:] * sc, 0.0))
+        x = np.clip(z["x"], d.lower, d.upper)
+        at_lo = P.lo_f & (z["sl"] > z["x"] - P.l)
+        at_hi = P.up_f & (z["su"] > P.u - z["x"])
+        kink = np.zeros(d.M.shape[0], dtype=bool)
+        kink[P.rows] = (P.split & (z["sp"] > z["p"]) & (z["sq"] > z["q"]))[:P.k]
+        return IPMResult(x, w, duals, it, acc, at_lo, at_hi, kink)
+
+
+# the polish's proximal weight (relative to the Hessian's diagonal): keeps the reduced
+# problem strictly convex where no squared row reaches a free coordinate
+_POLISH_PROX = 1e-10
+# rounds of active-set corrections, and the (relative) tolerance of their tests
+_POLISH_ROUNDS = 8
+_POLISH_TOL = 1e-9
+
+
+def polish(d, res: IPMResult, eps_abs: float):
+    """The exact solution on the active set the interior point points at: bounds hit fixed,
+    L1 rows at their kink held at zero residual, the other L1 rows' signs known, which
+    leaves the equality-constrained QP
+
+        min  sum_{i not kink} sigma_i w1_i r_i + (w2_i / 2) r_i^2,   r = M x - y,
+        s.t. r_kink = 0,  A x = b,  x_S = bounds,
+
+    one sparse quasi-definite solve (QDLDL), whose multipliers are the kink rows' and the
+    equalities' ones; the bound multipliers are what stationarity leaves on the fixed
+    coordinates.  A guess the solution contradicts (a free coordinate past a bound, a
+    residual changing sign, a kink multiplier outside ``[-w1, w1]``, a bound multiplier of
+    the wrong sign) is corrected and the solve repeated, ``_POLISH_ROUNDS`` times at most.
+    Returns ``(x, duals, w)`` or ``None`` (order chains; no consistent active set found;
+    a failed factorisation)."""
+    if has_chains(d):
+        return None
+    at_lo, at_hi, kink = res.at_lo.copy(), res.at_hi.copy(), res.kink & (d.w1 > 0)
+    M = d.M.tocsr()
+    sigma = np.sign(M @ res.x - d.y)
+    for _ in range(_POLISH_ROUNDS):
+        out = _polish_solve(d, M, res.x, at_lo, at_hi, kink, sigma)
+        if out is None:
+            return None
+        x, duals, w, lam_k, r = out
+        tol = _POLISH_TOL * max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        xtol = max(eps_abs * 1e-3, _POLISH_TOL * (1.0 + float(np.max(np.abs(x), initial=0.0))))
+        changed = False
+        free = ~(at_lo | at_hi)
+        lo_bad = free & (x < d.lower - xtol)
+        hi_bad = free & (x > d.upper + xtol)
+        if lo_bad.any() or hi_bad.any():
+            at_lo |= lo_bad
+            at_hi |= hi_bad
+            changed = True
+        out_k = np.abs(lam_k) > d.w1[kink] + tol
+        flip = ~kink & (d.w1 > 0) & (sigma * r < -xtol)
+        if out_k.any():                                  # released off the kink
+            idx = np.flatnonzero(kink)[out_k]
+            kink[idx] = False
+            sigma[idx] = np.sign(lam_k[out_k])
+            changed = True
+        if flip.any():                                   # the residual crossed zero: a kink
+            kink |= flip
+            changed = True
+        bad_lo = at_lo & ~at_hi & (duals["g"] < -tol)
+        bad_hi = at_hi & ~at_lo & (duals["g"] > tol)
+        if bad_lo.any() or bad_hi.any():
+            at_lo &= ~bad_lo
+            at_hi &= ~bad_hi
+            changed = True
+        if not changed:
+            duals.pop("g")
+            return np.clip(x, d.lower, d.upper), duals, w
+    return None
+
+
+def _polish_solve(d, M, x_ipm, at_lo, at_hi, kink, sigma):
+    n = d.n
+    S = at_lo | at_hi
+    F = ~S
+    xS = np.where(at_lo, d.lower, d.upper)
+    nk = ~kink
+    MF = M[:, F]
+    w2 = np.where(nk, d.w2, 0.0)
+    x_fixed = np.where(S, xS, 0.0)
+    y_eff = d.y - M @ x_fixed                              # r = M_F x_F - y_eff
+    H = (MF.T @ sp.diags(w2) @ MF).tocsc()
+    nF = int(F.sum())
+    dscale = max(float(np.abs(H.diagonal()).max(initial=0.0)), float(np.max(d.w1, initial=0.0)), 1e-300)
+    prox = _POLISH_PROX * dscale
+    g0 = MF.T @ np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) - w2 * y_eff, 0.0) - prox * x_ipm[F]
+    A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, n))
+    E = sp.vstack([MF[kink], A[:, F]]).tocsc()
+    e = np.r_[y_eff[kink], (d.b - A @ x_fixed) if A.shape[0] else np.zeros(0)]
+    m_e = E.shape[0]
+    Hr = H + prox * sp.identity(nF, format="csc")
+    K = sp.bmat([[Hr, E.T], [E, -_DUAL_REG * dscale * sp.identity(m_e)]], format="csc") if m_e else Hr
+    Kexact = sp.bmat([[Hr, E.T], [E, None]], format="csc") if m_e else Hr
+    rhs = np.r_[-g0, e]
+    try:
+        solver = qdldl.Solver(K)
+        sol = solver.solve(rhs)
+        for _ in range(_REFINE):
+            resid = rhs - Kexact @ sol
+            if float(np.abs(resid).max(initial=0.0)) <= 1e-15 * (1.0 + float(np.abs(rhs).max(initial=0.0))):
+                break
+            sol = sol + solver.solve(resid)
+    except (RuntimeError, ValueError):
+        return None
+    if not np.all(np.isfinite(sol)):
+        return None
+    lam = sol[nF:]
+    x = x_fixed.copy()
+    x[F] = sol[:nF]
+    r = M @ x - d.y
+    nkink = int(kink.sum())
+    # the KKT system says H x + g0 + E^T lam = 0, i.e. M_F^T w + A_F^T lam_A = 0 with
+    # w = sigma w1 + w2 r off the kinks and lam on them (r = 0 there)
+    w = np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) + d.w2 * r, 0.0)
+    lam_k = lam[:nkink]
+    w[kink] = lam_k + d.w2[kink] * r[kink]
+    yA = lam[nkink:]
+    duals = {"lower": np.zeros(n), "upper": np.zeros(n)}
+    if A.shape[0]:
+        duals["eq"] = yA
+    g = M.T @ w + (A.T @ yA if A.shape[0] else 0.0)        # = s_lo - s_up
+    duals["lower"] = np.where(at_lo, np.maximum(g, 0.0), 0.0)
+    duals["upper"] = np.where(at_hi, np.maximum(-g, 0.0), 0.0)
+    duals["g"] = g
+    return x, duals, w, lam_k, r

@@ -1,0 +1,156 @@
+"""The consistency family's general route (issue 26, item 5): loss rows that are not
+separable, equalities that are no tree.  Pure L1 is solved as an LP by HiGHS, squared and
+elastic-net rows by the interior point of ``cvxdp.solvers.consistency.ipm`` with its
+active-set polish; both go through the family's certificate.  Checked against Clarabel:
+status, objective, feasibility, the route, and the duals on every constraint by the
+Lagrangian (stationarity, signs, complementarity and the dual value)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import cvxpy as cp
+
+import cvxdp
+
+ROUTES = {"l1": "LP (HiGHS interior point)", "en": "QP (interior point)",
+          "l2": "QP (interior point)"}
+TIGHT = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+
+
+def instance(n, loss, bounds, seed, dup=False, free=False):
+    """``M`` = identity on a sparse random 0/1 block, ``E x = E x_true`` (random sparse rows,
+    ``dup``: the first row twice), ``x >= 0`` / ``0 <= x <= u`` (``free``: no bounds)."""
+    rng = np.random.default_rng(seed)
+    x_true = np.floor(rng.pareto(1.5, n) * 5) * (rng.random(n) < 0.5)
+    R = sp.csr_matrix((np.ones(3 * n), (rng.integers(0, n, 3 * n), rng.integers(0, n, 3 * n))), shape=(n, n))
+    R.data[:] = 1.0
+    M = sp.vstack([sp.identity(n), R]).tocsr()
+    y = M @ x_true + rng.laplace(scale=2.0, size=M.shape[0])
+    E = sp.random(max(n // 10, 2), n, density=0.2, random_state=seed, format="csr")
+    E.data[:] = 1.0
+    if dup:
+        E = sp.vstack([E, E[0]]).tocsr()
+    x = cp.Variable(n)
+    r = M @ x - y
+    obj = loss_expr(loss, r)
+    cons = [E @ x == E @ x_true]
+    if not free:
+        cons.append(x >= 0)
+    if bounds == "box":
+        cons.append(x <= x_true + 1.0)
+    return cp.Problem(cp.Minimize(obj), cons), x, M, y
+
+
+def loss_expr(loss, r):
+    return {"l1": cp.norm1(r), "en": 0.9 * cp.norm1(r) + 0.1 * cp.sum_squares(r),
+            "l2": cp.sum_squares(r)}[loss]
+
+
+def lagrangian_check(prob, x, M, y, loss):
+    """The duals cvxpy reports certify the point: inequality duals nonnegative and
+    complementary, and the Lagrangian dual value ``q(lam) = min_x phi(M x - y) + sum_c
+    lam_c^T (lhs_c - rhs_c)(x)`` closes the gap.  ``q`` is computed by Clarabel over a box
+    around the optimum (a valid lower bound still: the box holds the optimum, where the
+    constraint terms are ``<= 0``)."""
+    xv = x.value
+    g = np.zeros(x.size)
+    const_term = 0.0
+    for con in prob.constraints:
+        lam = np.atleast_1d(np.asarray(con.dual_value, dtype=float)).ravel()
+        assert np.all(np.isfinite(lam))
+        expr = con.expr                                    # lhs - rhs (== 0 or <= 0), affine
+        coef = _affine_matrix(expr, x)
+        g += coef.T @ lam
+        const_term += float(lam @ (np.atleast_1d(expr.value).ravel() - coef @ xv))
+        if isinstance(con, cp.constraints.Inequality):
+            assert lam.min() >= -1e-9
+            slack = -np.atleast_1d(expr.value).ravel()
+            assert float(np.max(np.abs(lam * slack), initial=0.0)) <= 1e-6 * max(1.0, lam.max(initial=0.0))
+    z = cp.Variable(x.size)
+    big = 10.0 * (1.0 + float(np.abs(xv).max()))
+    q = cp.Problem(cp.Minimize(loss_expr(loss, M @ z - y) + g @ z + const_term),
+                   [cp.abs(z) <= big]).solve(solver=cp.CLARABEL, **TIGHT)
+    f = prob.value
+    assert q <= f + 1e-6 * max(1.0, abs(f))
+    assert f - q <= 1e-6 * max(1.0, abs(f)), (f, q)
+
+
+def _affine_matrix(expr, x):
+    """The matrix of an affine expression in ``x`` (by its values at the unit vectors)."""
+    saved = x.value
+    n = x.size
+    x.value = np.zeros(n)
+    base = np.atleast_1d(expr.value).ravel().copy()
+    cols = []
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = 1.0
+        x.value = e
+        cols.append(np.atleast_1d(expr.value).ravel() - base)
+    x.value = saved
+    return np.column_stack(cols)
+
+
+@pytest.mark.parametrize("loss", ["l1", "en", "l2"])
+@pytest.mark.parametrize("bounds,seed", [("nonneg", 0), ("box", 1)])
+def test_general_route_matches_clarabel_with_certified_duals(loss, bounds, seed):
+    prob, x, M, y = instance(40, loss, bounds, seed)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == cp.OPTIMAL
+    assert es["info"]["route"] == ROUTES[loss]
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
+    assert es["gap"] <= 1e-6 and es["duals_certified"]
+    for con in prob.constraints:
+        assert float(np.max(np.atleast_1d(con.violation()))) <= 1e-6
+    lagrangian_check(prob, x, M, y, loss)
+
+
+@pytest.mark.parametrize("loss", ["l1", "en"])
+def test_duplicate_equality_rows(loss):
+    prob, x, M, y = instance(30, loss, "nonneg", 2, dup=True)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == ROUTES[loss]
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
+    lagrangian_check(prob, x, M, y, loss)
+
+
+def test_no_bounds_squared_rows():
+    prob, x, M, y = instance(30, "l2", "nonneg", 3, free=True)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == ROUTES["l2"]
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
+    lagrangian_check(prob, x, M, y, "l2")
+
+
+@pytest.mark.parametrize("loss", ["l1", "en"])
+def test_infeasible_constraints(loss):
+    prob, x, M, y = instance(20, loss, "nonneg", 4)
+    bad = cp.Problem(prob.objective, prob.constraints + [cp.sum(x) == -1.0])
+    bad.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert bad.status == cp.INFEASIBLE
+
+
+def test_the_admm_route_stays_available():
+    prob, x, M, y = instance(20, "en", "nonneg", 5)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False, general_route="admm")
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
+
+
+def test_what_does_not_certify_falls_to_the_admm(monkeypatch):
+    """A route result that fails the certificate is never reported: the ADMM takes over,
+    started from the route's point."""
+    from cvxdp.solvers.consistency import general_exact
+
+    prob, x, M, y = instance(20, "en", "nonneg", 6)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    monkeypatch.setattr(general_exact, "_certified", lambda *a, **k: None)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
