@@ -241,3 +241,27 @@ def test_bootstrap_on_dask_gives_the_same_draws(client):
     there = cvxdp.error_bars(prob, draws=8, rng=5, client=client)
     np.testing.assert_array_equal(here.samples, there.samples)
     np.testing.assert_array_equal(here.upper, there.upper)
+
+
+def test_bootstrap_intervals_keep_a_bound_the_estimate_sits_on():
+    """Cells at ``x >= 0`` come back as ~1e-11; their intervals must still contain 0."""
+    x = cp.Variable(4)
+    y = np.array([-5.0, 3.0, -2.0, 8.0])
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(x - y)), [x >= 0])
+    prob.solve(method="cvxdp", solver=cp.CLARABEL)
+    eb = cvxdp.error_bars(prob, noise=[(y, ("gaussian", 0.5))], draws=30, rng=0,
+                          solver=cp.CLARABEL)
+    assert eb.lower[0] == 0.0 and eb.lower[2] == 0.0 and eb.estimate[0] == 0.0
+
+
+def test_a_problem_whose_variables_were_solved_by_another_is_refused():
+    x = cp.Variable(3)
+    y1, y2 = np.array([1.0, 2, 3]), np.array([10.0, 20, 30])
+    p1 = cp.Problem(cp.Minimize(cp.sum_squares(x - y1)))
+    p2 = cp.Problem(cp.Minimize(cp.sum_squares(x - y2)))
+    p1.solve(method="cvxdp")
+    p2.solve(method="cvxdp")
+    with pytest.raises(ValueError, match="no longer hold"):
+        cvxdp.error_bars(p1, noise=[(y1, ("gaussian", 1.0))])
+    eb = cvxdp.error_bars(p2, noise=[(y2, ("gaussian", 1.0))], level=np.float32(0.9))
+    np.testing.assert_allclose(eb.std_err, 1.0)

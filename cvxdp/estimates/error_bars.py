@@ -27,7 +27,7 @@ exact variances) is accepted too: its cells' intervals.
 """
 from __future__ import annotations
 
-import math
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -46,6 +46,7 @@ __all__ = ["ErrorBars", "error_bars"]
 
 _METHODS = ("auto", "exact", "bootstrap")
 _INTERVALS = ("normal", "percentile", "basic", "bc")
+_SNAP = 1e-9                   # relative: bootstrap values this near zero are zero
 _BOOTSTRAP_EPS_REL = 1e-4       # the re-solves' eps_rel by a cvxdp method, unless given
 
 
@@ -82,7 +83,8 @@ class ErrorBars:
 
 
 def _checked(level, method, draws, interval) -> None:
-    if not isinstance(level, (int, float)) or not (0.0 < float(level) < 1.0) or math.isnan(level):
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or \
+            not (0.0 < float(level) < 1.0):
         raise ValueError(f"error_bars: level must lie strictly between 0 and 1, got {level!r}")
     if method not in _METHODS:
         raise ValueError(f"error_bars: method must be one of {_METHODS}, got {method!r}")
@@ -133,6 +135,7 @@ def error_bars(prob, queries=None, level: float = 0.9, method: str = "auto", dra
                          "optimality first")
     variables = prob.variables()
     z = stacked_values(variables)
+    _check_current(prob)
     qs = query_set(queries, variables)
     sources = find_noise(prob, noise)
     est = qs.values(prob, z)
@@ -144,6 +147,27 @@ def error_bars(prob, queries=None, level: float = 0.9, method: str = "auto", dra
     return _bootstrap(prob, sources, qs, est, float(level), int(draws), rng,
                       interval or "percentile", dict(client=client, scheduler=scheduler,
                                                      workers=workers), solver, solve_options, t0)
+
+
+def _check_current(prob: cp.Problem) -> None:
+    """``ValueError`` if the variables no longer hold this problem's solution (another
+    problem over the same variables was solved since): the error bars would be another
+    estimate's."""
+    now = prob.objective.value
+    if prob.value is None or now is None:
+        return
+    now, then = float(now), float(prob.value)
+    if not abs(now - then) <= 1e-6 * max(1.0, abs(then)):
+        raise ValueError(f"error_bars: the variables no longer hold this problem's solution (its "
+                         f"objective there is {now:.6g}, the solve reported {then:.6g}): another "
+                         "problem over the same variables was solved since; solve this one again")
+
+
+def _snap(a: np.ndarray) -> np.ndarray:
+    """Entries within rounding of zero set to zero: a cell at its bound ``x >= 0`` comes back
+    from a solver as 1e-11 or so, and an interval of such draws would exclude the bound."""
+    scale = max(1.0, float(np.max(np.abs(a), initial=0.0)))
+    return np.where(np.abs(a) <= _SNAP * scale, 0.0, a)
 
 
 def _exact(prob, sources, qs, est, level, method, interval, t0) -> ErrorBars | None:
@@ -215,6 +239,7 @@ def _bootstrap(prob, sources: list[NoiseSource], qs: QuerySet, est, level, draws
     if samples.shape[0] < 2:
         raise ValueError(f"error_bars: only {samples.shape[0]} of {draws} bootstrap re-solves "
                          "ended optimal")
+    samples, est = _snap(samples), _snap(est)
     se = samples.std(axis=0, ddof=1)
     lo, hi = _interval(samples, est, se, level, interval)
     return ErrorBars(qs.shaped(est), qs.shaped(se), qs.shaped(lo), qs.shaped(hi), level,
