@@ -69,6 +69,29 @@ LEVEL = 0.9
 #: active bound ``x >= 0`` as 1e-10 rather than 0, and so do the bootstrap's re-solves
 TOL = 1e-6
 KINDS = ("percentile", "basic", "bc", "normal")
+Z90 = 1.6448536269514722
+
+
+def remedies(samples, est, gls=None) -> dict:
+    """Intervals this benchmark builds from the same draws (not offered by ``error_bars``):
+    the percentile interval shifted by twice the bootstrap's bias estimate
+    ``mean(samples) - estimate`` (Efron and Tibshirani 1993, sec. 10.6), the normal interval
+    around the bias-corrected estimate, and (where the same release has a GLS estimate) the
+    exact GLS interval, and a hybrid: the percentile interval where the GLS interval lies
+    above zero, the GLS interval elsewhere; each cut at zero, where the truth cannot be."""
+    a = (1.0 - LEVEL) / 2.0
+    bias = samples.mean(axis=0) - est
+    q_lo, q_hi = np.quantile(samples, a, axis=0), np.quantile(samples, 1.0 - a, axis=0)
+    se = samples.std(axis=0, ddof=1)
+    out = {"shifted pct": (q_lo - 2 * bias, q_hi - 2 * bias),
+           "bias-c norm": (est - bias - Z90 * se, est - bias + Z90 * se)}
+    if gls is not None:
+        g_lo, g_hi = np.ravel(gls.lower), np.ravel(gls.upper)
+        out["GLS exact"] = (g_lo, g_hi)
+        # the percentile interval where the GLS interval is clear of zero, GLS's elsewhere
+        away = g_lo > 0
+        out["hybrid"] = (np.where(away, q_lo, g_lo), np.where(away, q_hi, g_hi))
+    return {k: (np.maximum(lo, 0.0), np.maximum(hi, 0.0)) for k, (lo, hi) in out.items()}
 
 
 def load() -> str:
@@ -115,12 +138,17 @@ class Case:
         self.tallies.setdefault("exact", Tally()).add(eb.lower, eb.upper, truth)
         self.seconds += eb.wall_time
 
-    def add_bootstrap(self, eb, truth) -> None:
+    def add_bootstrap(self, eb, truth, nonneg: bool = False, gls=None) -> None:
+        """Every interval kind from ``eb.samples``; with ``nonneg`` also :func:`remedies`
+        (``gls``: the same release's exact GLS error bars)."""
         est = np.ravel(eb.estimate)
         se = np.ravel(eb.std_err)
         for kind in KINDS:
             lo, hi = _interval(eb.samples, est, se, LEVEL, kind)
             self.tallies.setdefault(kind, Tally()).add(lo, hi, truth)
+        if nonneg:
+            for kind, (lo, hi) in remedies(eb.samples, est, gls).items():
+                self.tallies.setdefault(kind, Tally()).add(lo, hi, truth)
         self.failed += eb.failed
         self.draws += eb.draws + eb.failed
         self.seconds += eb.wall_time
@@ -172,16 +200,23 @@ def section_hierarchy(args, emit) -> None:
         boot = dict(draws=args.draws, rng=noise_rng)
         gls = cp.Problem(cp.Minimize(cvxdp.nll(mg, x)), [cvxdp.consistent(tree, x)])
         gls.solve(method="cvxdp")
-        cases["GLS (Gaussian)"].add_exact(cvxdp.error_bars(gls, sel, method="exact"), counts)
+        eb_gls = cvxdp.error_bars(gls, sel, method="exact")
+        cases["GLS (Gaussian)"].add_exact(eb_gls, counts)
         cases["GLS (Gaussian), bootstrap"].add_bootstrap(
             cvxdp.error_bars(gls, sel, method="bootstrap", **boot), counts)
         nn = cp.Problem(cp.Minimize(cvxdp.nll(mg, x)), [cvxdp.consistent(tree, x), x >= 0])
         nn.solve(method="cvxdp")
-        cases["GLS + x>=0 (Gaussian)"].add_bootstrap(cvxdp.error_bars(nn, sel, **boot), counts)
+        cases["GLS + x>=0 (Gaussian)"].add_bootstrap(cvxdp.error_bars(nn, sel, **boot), counts,
+                                                      nonneg=True, gls=eb_gls)
+        # the GLS of the Laplace release (a plain spelling: its noise named), exact variances
+        # (the normal interval is then approximate)
+        gls_l = cp.Problem(cp.Minimize(cp.sum_squares(x - ml.answers)), [cvxdp.consistent(tree, x)])
+        gls_l.solve(method="cvxdp")
+        eb_gls_l = cvxdp.error_bars(gls_l, sel, method="exact", noise=[(ml.answers, ("laplace", b))])
         l1 = cp.Problem(cp.Minimize(cvxdp.nll(ml, x)), [cvxdp.consistent(tree, x), x >= 0])
         l1.solve(method="cvxdp", solver=cvxdp.ADMM)
         cases["L1 + x>=0 (Laplace)"].add_bootstrap(
-            cvxdp.error_bars(l1, sel, solver=cvxdp.ADMM, **boot), counts)
+            cvxdp.error_bars(l1, sel, solver=cvxdp.ADMM, **boot), counts, nonneg=True, gls=eb_gls_l)
     emit(HEADER)
     for c in cases.values():
         c.emit(emit)
@@ -215,10 +250,12 @@ def section_contingency(args, emit) -> None:
                                       rng=noise_rng)
         gls = cp.Problem(cp.Minimize(cvxdp.nll(m, z)), [Qm @ z == known])
         gls.solve(method="cvxdp")
-        exact.add_exact(cvxdp.error_bars(gls, method="exact"), truth)
+        eb_gls = cvxdp.error_bars(gls, method="exact")
+        exact.add_exact(eb_gls, truth)
         nn = cp.Problem(cp.Minimize(cvxdp.nll(m, z)), [Qm @ z == known, z >= 0])
         nn.solve(method="cvxdp")
-        boot.add_bootstrap(cvxdp.error_bars(nn, draws=args.draws, rng=noise_rng), truth)
+        boot.add_bootstrap(cvxdp.error_bars(nn, draws=args.draws, rng=noise_rng), truth,
+                           nonneg=True, gls=eb_gls)
     emit(HEADER)
     exact.emit(emit)
     boot.emit(emit)
@@ -250,7 +287,7 @@ def section_polytope(args, emit) -> None:
         prob.solve(method="cvxdp")
         by_id = {mus[c].id: truth[c] for c in pairs}
         t = np.concatenate([by_id[v.id].ravel() for v in prob.variables()])
-        case.add_bootstrap(cvxdp.error_bars(prob, draws=args.draws, rng=noise_rng), t)
+        case.add_bootstrap(cvxdp.error_bars(prob, draws=args.draws, rng=noise_rng), t, nonneg=True)
     emit(HEADER)
     case.emit(emit)
 
