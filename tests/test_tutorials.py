@@ -25,6 +25,7 @@ CASES = {
     "06_national_hierarchy.py": ["national_error_by_level.png"],
     "07_designing_noise.py": ["designing_noise_targets.png"],
     "08_opendp_release.py": ["opendp_release_mse.png"],
+    "09_error_bars.py": ["error_bars_intervals.png"],
 }
 # what each tutorial must print besides the "relative objective gap" line (cvxdp method vs reference)
 EXPECTED_OUTPUT = {
@@ -36,6 +37,8 @@ EXPECTED_OUTPUT = {
     "06_national_hierarchy.py": ["tree GLS (exact)", "every parent = sum of children: True"],
     "07_designing_noise.py": ["route 'residual Newton-CG'", "mean squared error / designed variance"],
     "08_opendp_release.py": ["route'] = 'ADMM lifted separable/tree'", "MSE ratio"],
+    "09_error_bars.py": ["method 'exact'", "bootstrap, 20 draws (0 failed)", "noise= spelling",
+                         "coverage of the nominal 90% intervals"],
 }
 
 
