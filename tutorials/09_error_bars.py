@@ -221,7 +221,7 @@ for trial in range(TRIALS):
     p_g = cp.Problem(cp.Minimize(cvxdp.nll(g, x)), [cvxdp.consistent(tree, x)])
     p_g.solve(method="cvxdp")
     # error bars right after the solve: they read the solution from the variables' values,
-    # which the next solve (of a problem sharing `x`) overwrites
+    # which the next solve (of a problem sharing `x`) overwrites (error_bars then refuses)
     eb = cvxdp.error_bars(p_g, queries=cells)
     found = {"GLS exact": (eb.lower, eb.upper)}
     p_l = cp.Problem(cp.Minimize(cvxdp.nll(lp, x)), [cvxdp.consistent(tree, x), x >= 0])
