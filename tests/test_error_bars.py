@@ -239,8 +239,10 @@ def test_bootstrap_on_dask_gives_the_same_draws(client):
     prob.solve(method="cvxdp", solver=cvxdp.ADMM)
     here = cvxdp.error_bars(prob, draws=8, rng=5)
     there = cvxdp.error_bars(prob, draws=8, rng=5, client=client)
-    np.testing.assert_array_equal(here.samples, there.samples)
-    np.testing.assert_array_equal(here.upper, there.upper)
+    # the same draws and re-solves; ADMM's time-budgeted polish may end a hair apart
+    scale = max(1.0, float(np.abs(here.samples).max()))
+    np.testing.assert_allclose(here.samples, there.samples, rtol=0, atol=1e-6 * scale)
+    np.testing.assert_allclose(here.upper, there.upper, rtol=0, atol=1e-6 * scale)
 
 
 def test_bootstrap_intervals_keep_a_bound_the_estimate_sits_on():
