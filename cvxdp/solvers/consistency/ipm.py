@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 import qdldl
+
+from .._ldl import PatternLDL
 import scipy.linalg as la
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
@@ -131,8 +133,7 @@ class _Solver:
         else:
             self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
         self._lu = None
-        self._pattern = None
-        self._ldl = None
+        self._ldl = PatternLDL()
 
     # ---------------------------------------------------------------- start and scaling
     def _start(self):
@@ -289,16 +290,11 @@ class _Solver:
         K = sp.bmat([[-H, P.AT], [P.A, dreg * sp.identity(self.p)]], format="csc") if self.p else (-H).tocsc()
         try:
             if self.mode == "qdldl":
-                K.sort_indices()
-                pattern = (K.indptr.tobytes(), K.indices.tobytes())
-                if self._ldl is None or pattern != self._pattern:
-                    self._ldl, self._pattern = qdldl.Solver(K), pattern
-                else:
-                    self._ldl.update(K)
+                self._ldl.factor(K)
             else:
                 self._lu = spla.splu(K, permc_spec="MMD_AT_PLUS_A")
         except (RuntimeError, ValueError):
-            self._ldl = None
+            self._ldl.reset()
             return False
         return True
 

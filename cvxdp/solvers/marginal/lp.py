@@ -102,6 +102,8 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 import qdldl
 
+from .._ldl import PatternLDL
+
 from .junction_tree import JunctionTree, marginalizer
 from .loss import MarginalLoss
 from .polish import local_polytope_matrices
@@ -512,8 +514,7 @@ class _KKT:
     def __init__(self, A: sp.csr_matrix, AT: sp.csr_matrix) -> None:
         self.A, self.AT = A, AT
         self.normal = True
-        self._nrm = self._aug = None
-        self._pattern: tuple[bytes, bytes] | None = None
+        self._nrm, self._aug = PatternLDL(), None
         self._dvec, self._delta = np.zeros(A.shape[1]), 0.0
 
     def factor(self, dvec: np.ndarray, delta: float) -> bool:
@@ -525,12 +526,7 @@ class _KKT:
             if self.normal:
                 M = (self.A @ sp.diags(1.0 / (dvec + delta)) @ self.AT
                      + delta * sp.identity(m)).tocsc()
-                M.sort_indices()
-                pattern = (M.indptr.tobytes(), M.indices.tobytes())
-                if self._nrm is None or pattern != self._pattern:
-                    self._nrm, self._pattern = qdldl.Solver(M), pattern
-                else:
-                    self._nrm.update(M)
+                self._nrm.factor(M)
             else:                                      # one pattern: the symbolic analysis once
                 Kr = sp.bmat([[sp.diags(-(dvec + delta)), self.AT],
                               [self.A, delta * sp.identity(m)]], format="csc")

@@ -1,0 +1,38 @@
+"""A QDLDL factorisation reused across matrices of one sparsity pattern.
+
+Interior-point steps factorise a matrix whose values change every iteration and whose pattern
+rarely does; QDLDL's symbolic analysis (elimination tree, column counts) is then done once and
+``update`` refactors the values.  A pattern that changes (entries cancelling to structural
+zeros after a sum) gets a new analysis.
+"""
+from __future__ import annotations
+
+import qdldl
+import scipy.sparse as sp
+
+__all__ = ["PatternLDL"]
+
+
+class PatternLDL:
+    """``factor(K)`` then ``solve(rhs)``; ``factor`` raises qdldl's ``ValueError`` /
+    ``RuntimeError`` on a zero pivot, as ``qdldl.Solver`` does."""
+
+    def __init__(self) -> None:
+        self._solver = None
+        self._pattern: tuple[bytes, bytes] | None = None
+
+    def factor(self, K: sp.csc_matrix) -> None:
+        K.sort_indices()
+        pattern = (K.indptr.tobytes(), K.indices.tobytes())
+        if self._solver is None or pattern != self._pattern:
+            self._solver, self._pattern = None, None    # nothing stale if the analysis fails
+            self._solver, self._pattern = qdldl.Solver(K), pattern
+        else:
+            self._solver.update(K)
+
+    def reset(self) -> None:
+        """Forget the factorisation (after a failed one)."""
+        self._solver, self._pattern = None, None
+
+    def solve(self, rhs):
+        return self._solver.solve(rhs)
