@@ -45,7 +45,8 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
           verify: str | None = None, warm_start: bool = True, verbose: bool = False,
           max_iters: int | None = None, eps_abs: float | None = None,
           eps_rel: float | None = None, time_limit: float | None = None,
-          callback: Callable[[dict], bool] | None = None, **kwargs: Any) -> float:
+          callback: Callable[[dict], bool] | None = None, duals: bool = True,
+          **kwargs: Any) -> float:
     """Solve ``problem`` with a cvxdp method or a standard cvxpy solver.
 
     Parameters
@@ -67,6 +68,9 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         ``optimal`` means both hold (checked on the point by cvxpy itself).
     callback : ``callback(info) -> bool`` called at every convergence check;
         returning True stops with status ``user_limit``.
+    duals : ``False``: no dual values are written (every constraint's ``dual_value`` is
+        ``None``, whichever solver ran) and a cvxdp method skips the work it does only for
+        exact multipliers; ``optimal`` still certifies the point and the gap.
     kwargs : method-specific options (``cvxdp.METHODS[name].options.describe()`` lists
         them), or, for a cvxpy solver, anything ``Problem.solve`` accepts.
 
@@ -78,10 +82,13 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         raise TypeError(f"solve: problem must be a cvxpy Problem, got {type(problem).__name__}")
     method = method_for(solver)
     shared = dict(max_iters=max_iters, eps_abs=eps_abs, eps_rel=eps_rel, time_limit=time_limit)
+    if not isinstance(duals, (bool, np.bool_)):
+        raise ValueError(f"solve: option duals={duals!r} is not allowed; expected True or False")
     if solver is not None and method is None:
-        return _passthrough(problem, solver, warm_start, verbose, kwargs, **shared)
+        return _without_duals(problem, duals, _passthrough(problem, solver, warm_start, verbose,
+                                                            kwargs, **shared))
     given = _validated(method, kwargs, shared, warm_start=warm_start, verbose=verbose,
-                       callback=callback, verify=verify, fallback=fallback)
+                       callback=callback, verify=verify, fallback=fallback, duals=bool(duals))
     t0 = time.perf_counter()
     check_problem_data(problem)
     value, early = _standard_first(problem, solver, given, kwargs, callback, verify,
@@ -90,7 +97,8 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
         return value
     chosen, recognised = _recognise(problem, method, fallback, verbose)
     if chosen is None:
-        return _passthrough(problem, fallback, warm_start, verbose, _strip_cvxdp(kwargs))
+        return _without_duals(problem, duals, _passthrough(problem, fallback, warm_start, verbose,
+                                                            _strip_cvxdp(kwargs)))
     settings = chosen.options.parse(given)
     choice = early or _choose(solver, chosen, recognised, kwargs, callback, verify)
     compile_time = time.perf_counter() - t0
@@ -101,7 +109,7 @@ def solve(problem: cp.Problem, solver: str | None = None, *, fallback: str | Non
     if choice["solver"] not in (chosen.name, None):
         value = _solve_standard(problem, choice, warm_start, verbose, settings.eps_abs, **shared)
         if problem.status not in _HAND_BACK:
-            return value
+            return _without_duals(problem, duals, value)
         choice = _instead(choice, problem.status)
     return _run(problem, chosen, recognised, settings, compile_time,
                 {**choice, "solver": choice["solver"] or chosen.name})
@@ -134,7 +142,7 @@ def _standard_first(problem: cp.Problem, solver, given: dict, kwargs: dict, call
     limit = early.pop("eps_abs")
     value = _solve_standard(problem, early, warm_start, verbose, limit, **shared)
     if problem.status not in _HAND_BACK:
-        return value, None
+        return _without_duals(problem, given["duals"], value), None
     return None, _instead(early, problem.status)
 
 
@@ -260,7 +268,8 @@ def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_
             f"Please report this; pass fallback=cp.CLARABEL or solve with a standard solver.")
     status, gap, why = certify.decide(outcome.status, check, outcome.lower_bound,
                                       eps_abs=settings.eps_abs, eps_rel=settings.eps_rel)
-    duals = outcome.duals if (status == "optimal" and outcome.duals_certified) else {}
+    wanted = status == "optimal" and outcome.duals_certified and settings.duals
+    duals = outcome.duals if wanted else {}
     outcome.duals_certified = bool(duals)
     objective = check.objective if check is not None else _opt_val(outcome)
     verify = None
@@ -273,6 +282,16 @@ def _finish(problem: cp.Problem, name: str, outcome: Outcome, settings, compile_
                    dual_vars=duals, solver_name=name, solve_time=outcome.solve_time,
                    setup_time=outcome.setup_time, num_iters=outcome.iterations,
                    extra_stats=extra, compilation_time=compile_time)
+
+
+def _without_duals(problem: cp.Problem, duals: bool, value: float) -> float:
+    """``duals=False`` after a standard solver: the duals it wrote are dropped, so that the
+    option means the same whichever solver ran."""
+    if not duals:
+        for c in problem.constraints:
+            for dv in c.dual_variables:
+                dv.save_value(None)
+    return value
 
 
 def _opt_val(outcome) -> float:

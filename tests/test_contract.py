@@ -73,7 +73,7 @@ BAD_OPTIONS = [
     ("eps_abs", 0.0), ("eps_abs", -1e-6), ("eps_abs", math.nan), ("eps_abs", math.inf),
     ("eps_rel", 0.0), ("eps_rel", math.inf), ("eps_rel", True),
     ("time_limit", 0.0), ("time_limit", -1.0), ("warm_start", "yes"), ("verbose", 1),
-    ("callback", 3), ("verify", 3),
+    ("callback", 3), ("verify", 3), ("duals", "no"), ("duals", 0),
 ]
 OWN_BAD = {
     cvxdp.ADMM: [("rho", -1.0), ("rho", 0.0), ("rho", math.inf), ("alpha", 2.5), ("alpha", 0.0),
@@ -243,6 +243,33 @@ def test_stale_duals_are_not_left_behind():
     prob.solve(method="cvxdp", solver=cvxdp.ADMM, max_iters=1, polish=False, warm_start=False)
     if not prob.solver_stats.extra_stats["duals_certified"]:
         assert all(c.dual_value is None for c in prob.constraints)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_duals_false_writes_none_and_keeps_a_true_status(method):
+    prob, _ = INSTANCES[method]()
+    with_duals = prob.solve(method="cvxdp", solver=method, eps_rel=1e-6)
+    assert prob.solver_stats.extra_stats["duals_certified"]
+    assert any(c.dual_value is not None for c in prob.constraints)
+    value = prob.solve(method="cvxdp", solver=method, eps_rel=1e-6, duals=False, warm_start=False)
+    assert prob.status == cp.OPTIMAL
+    assert_status_is_true(prob, 1e-6, 1e-6)
+    assert value == pytest.approx(with_duals, rel=2e-6, abs=1e-6)
+    assert all(dv.value is None for c in prob.constraints for dv in c.dual_variables)
+    assert not prob.solver_stats.extra_stats["duals_certified"]
+
+
+@pytest.mark.parametrize("how", ["standard", "cost_model"])
+def test_duals_false_holds_for_a_standard_solver_too(how):
+    prob, _ = admm_instance()
+    if how == "standard":
+        prob.solve(method="cvxdp", solver=cp.CLARABEL, duals=False)
+    else:                             # what solver=None chooses, a standard solver included
+        prob.solve(method="cvxdp", duals=False)
+    assert prob.status == cp.OPTIMAL
+    assert all(dv.value is None for c in prob.constraints for dv in c.dual_variables)
+    with pytest.raises(ValueError, match="duals="):
+        prob.solve(method="cvxdp", solver=cp.CLARABEL, duals="no")
 
 
 # ----------------------------------------------------------------- the warm-start cache

@@ -213,6 +213,8 @@ def test_nothing_to_solve():
     (dict(solver=cp.CLARABEL, bogus=1), TypeError, "bogus"),
     (dict(solver="NO_SUCH_SOLVER"), ValueError, "NO_SUCH_SOLVER"),
     (dict(solver=cvxdp.ADMM, gp=True), ValueError, "gp"),
+    (dict(solver=cvxdp.ADMM, duals="no"), ValueError, "duals"),
+    (dict(solver=cp.CLARABEL, duals=1), ValueError, "duals"),
     (dict(method="cvxdp"), TypeError, "method"),
     (dict(backend="spark"), ValueError, "backend"),
     (dict(retries=-1), ValueError, "retries"),
@@ -224,6 +226,14 @@ def test_bad_options_raise_before_any_work(kwargs, err, match):
     with pytest.raises(err, match=match):
         cvxdp.solve_many(lambda v: built.append(v), parameters=[1, 2], **kwargs)
     assert built == []
+
+
+def test_duals_false_reaches_every_solver():
+    probs = [tree_problem(s) for s in range(2)]
+    for solver in (cvxdp.ADMM, cp.CLARABEL):
+        res = cvxdp.solve_many([copy(p) for p in probs], solver=solver, duals=False)
+        assert [o.status for o in res] == [cp.OPTIMAL] * 2
+        assert all(o._duals == {} for o in res)
 
 
 def test_bad_inputs_are_refused():

@@ -118,8 +118,8 @@ def error_bars(prob, queries=None, level: float = 0.9, method: str = "auto", dra
     interval : ``"normal"`` (exact's only), ``"percentile"`` (bootstrap default), ``"basic"``,
         ``"bc"``.
     solver, solve_options : how the bootstrap re-solves (default: the solver of the last
-        solve, and for a cvxdp method ``eps_rel=1e-4``); e.g. ``solver=cvxdp.ADMM,
-        eps_rel=1e-5``.
+        solve, ``duals=False``, and for a cvxdp method ``eps_rel=1e-4``); e.g.
+        ``solver=cvxdp.ADMM, eps_rel=1e-5``.
 
     Returns an :class:`ErrorBars`.  ``ValueError`` names a bad argument; ``method="exact"``
     on an estimate that is not linear in the data says why and suggests the bootstrap.
@@ -235,6 +235,9 @@ def _bootstrap(prob, sources: list[NoiseSource], qs: QuerySet, est, level, draws
         # a certified gap of 1e-4 moves an estimate by far less than its standard error, and
         # takes about half the iterations of the default 1e-6 (measured on hierarchies)
         opts.setdefault("eps_rel", _BOOTSTRAP_EPS_REL)
+    # nobody reads a draw's duals: their exact multipliers (an LP, a polish pursued for them)
+    # were 60% of a draw's time on a 2^14-leaf L1 hierarchy
+    opts.setdefault("duals", False)
     samples, failed = _solve_draws(prob, template, values, qs, where, opts)
     if samples.shape[0] < 2:
         raise ValueError(f"error_bars: only {samples.shape[0]} of {draws} bootstrap re-solves "

@@ -319,10 +319,13 @@ def _check_solve_options(opts: dict) -> None:
     kwargs = args.pop("kwargs")
     solver = args["solver"]
     shared = {k: args[k] for k in ("max_iters", "eps_abs", "eps_rel", "time_limit")}
-    named = {k: args[k] for k in ("warm_start", "verbose", "callback", "verify", "fallback")}
+    named = {k: args[k] for k in ("warm_start", "verbose", "callback", "verify", "fallback", "duals")}
     method = method_for(solver)
     if solver is not None and method is None:
-        _check_standard(solver, opts)
+        if not isinstance(args["duals"], (bool, np.bool_)):
+            raise ValueError(f"solve_many: option duals={args['duals']!r} is not allowed; "
+                             "expected True or False")
+        _check_standard(solver, {k: v for k, v in opts.items() if k != "duals"})
         return
     given = _validated(method, kwargs, shared, **named)
     if method is None:              # solver=None: some method must accept them all

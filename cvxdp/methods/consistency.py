@@ -104,7 +104,7 @@ class ConsistencyADMM:
                            info={"route": "none (infeasible as read)"})
         solver_settings = admm_solver.ADMMSettings(**settings.pick(
             *STOPPING, "rho", "alpha", "adaptive_rho", "polish", "check_every", "equality_split",
-            "general_route"))
+            "general_route", "duals"))
         x0 = state = None
         if settings.warm_start:
             if all(v.value is not None for v in ext.variables):

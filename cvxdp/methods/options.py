@@ -28,7 +28,11 @@ Shared options:
 ``verify``
     a cvxpy solver that re-solves the problem and records the differences;
 ``fallback``
-    a cvxpy solver used when no cvxdp method recognises the problem.
+    a cvxpy solver used when no cvxdp method recognises the problem;
+``duals``
+    compute and write the constraints' dual values (``False``: none are written, and a method
+    skips the work it does only to find exact multipliers; ``optimal`` still means a feasible
+    point with a certified gap).  Many re-solves whose duals nobody reads (a bootstrap) use it.
 """
 from __future__ import annotations
 
@@ -167,6 +171,9 @@ def shared_options(*, max_iters: int, eps_abs: float, eps_rel: float) -> list[Op
                "a cvxpy solver that re-solves the problem to compare", nullable=True),
         Option("fallback", "solver", None,
                "a cvxpy solver for problems no cvxdp method recognises", nullable=True),
+        Option("duals", "bool", True,
+               "compute and write dual values (False: none, and no work spent on exact "
+               "multipliers; optimal still certifies feasibility and the gap)"),
     ]
 
 

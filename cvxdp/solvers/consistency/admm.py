@@ -326,7 +326,7 @@ class _Iteration:
         if kb is not None and -s.eps_rel <= relative_gap(kb.objective, self.lower) <= s.eps_rel:
             self.best = kb
             return R.OPTIMAL
-        if not s.polish or self.sp.duals_certify(self.best):
+        if not s.polish or not s.duals or self.sp.duals_certify(self.best):
             return R.OPTIMAL
         if self.pursuit_end is None:
             self.pursuit_end = it + max(5 * interval, it // 4)

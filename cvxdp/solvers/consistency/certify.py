@@ -35,6 +35,9 @@ def certify(data, res: SolverResult, s, w: np.ndarray | None) -> SolverResult:
     loss multipliers that go with ``res.duals`` when known."""
     if res.x is None or res.status not in R.SOLUTION_PRESENT:
         return res
+    if not s.duals:
+        # no multipliers wanted (a bootstrap's re-solves): the gap alone decides
+        return _certify_gap_only(data, res, s)
     duals, w, chk, source = _certified_multipliers(data, res.x, res.duals or {}, w, s)
     if relative_gap(res.objective, res.lower_bound) > s.eps_rel and res.primal_residual <= s.eps_abs \
             and lp_size(data) <= LP_MAX_NNZ:
@@ -50,6 +53,22 @@ def certify(data, res: SolverResult, s, w: np.ndarray | None) -> SolverResult:
                     duals, w, chk, source = db[1], db[2], chk3, "lp bound"
     res.info["kkt"] = {k: v for k, v in chk.items() if k != "ok"}
     _record_multipliers(data, res, duals, w, chk, source)
+    _set_status(data, res, s)
+    return res
+
+
+def _certify_gap_only(data, res: SolverResult, s) -> SolverResult:
+    """``duals=False``: the status from the violation and the gap, the LP over the
+    multipliers raising the bound only when the ADMM dual point does not certify."""
+    if relative_gap(res.objective, res.lower_bound) > s.eps_rel and res.primal_residual <= s.eps_abs \
+            and lp_size(data) <= LP_MAX_NNZ:
+        db = dual_bound_lp(data, res.x, s.eps_abs)
+        if db is not None:
+            res.info["lp_lower_bound"] = db[0]
+            res.lower_bound = max(res.lower_bound, db[0])
+    res.duals = {}
+    res.info["duals_certified"] = False
+    res.info["duals_source"] = "not computed (duals=False)"
     _set_status(data, res, s)
     return res
 

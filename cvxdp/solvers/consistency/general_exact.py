@@ -101,7 +101,7 @@ def _certified(data, res: SolverResult, w, s) -> SolverResult | None:
     if exact is not None:
         res.lower_bound = max(res.lower_bound, lagrangian_bound(data, exact[0], exact[1]))
     res = certify(data, res, s, w)
-    if res.status == R.OPTIMAL and res.info.get("duals_certified"):
+    if res.status == R.OPTIMAL and (res.info.get("duals_certified") or not s.duals):
         return res
     return None
 

@@ -144,6 +144,7 @@ class ADMMSettings:
     polish_gap: float = 1e-2          # try polishing once the gap is below this
     equality_split: str = "projection"  # or "penalty": A x = b as a residual block (Alg. 1)
     general_route: str = "auto"         # or "admm": the general case by the residual split
+    duals: bool = True                  # False: no multipliers sought (no LP, no pursuit polish)
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
