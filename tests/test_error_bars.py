@@ -267,3 +267,49 @@ def test_a_problem_whose_variables_were_solved_by_another_is_refused():
         cvxdp.error_bars(p1, noise=[(y1, ("gaussian", 1.0))])
     eb = cvxdp.error_bars(p2, noise=[(y2, ("gaussian", 1.0))], level=np.float32(0.9))
     np.testing.assert_allclose(eb.std_err, 1.0)
+
+
+@pytest.mark.parametrize("spelling", ["constraint", "attribute"])
+def test_relaxed_is_the_gls_interval_clipped_to_the_bounds(spelling):
+    rng = np.random.default_rng(11)
+    tree = cvxdp.workloads.hierarchy(12, 3)
+    counts = np.where(rng.random(12) < 0.6, 0.0, rng.integers(1, 9, 12).astype(float))
+    m = cvxdp.mechanisms.gaussian(tree.queries, counts, sigma=3.0, rng=rng)
+    x = cp.Variable(12, nonneg=(spelling == "attribute"))
+    cons = [x >= 0] if spelling == "constraint" else []
+    prob = cp.Problem(cp.Minimize(cvxdp.nll(m, x)), cons + [x <= 30])
+    prob.solve(method="cvxdp")
+    Rq = np.vstack([np.eye(12), np.ones(12), np.r_[1.0, -1.0, np.zeros(10)]])
+    eb = cvxdp.error_bars(prob, queries=Rq, method="relaxed")
+    # the relaxation by hand: the same loss without the bounds, its dense GLS covariance
+    Q = tree.queries.toarray()
+    gls = np.linalg.lstsq(Q, m.answers, rcond=None)[0]
+    cov = _dense_cov(Q, np.full(Q.shape[0], 9.0))
+    se = np.sqrt(np.diag(Rq @ cov @ Rq.T))
+    z = 1.6448536269514722
+    low = np.r_[np.zeros(12), 0.0, -30.0]
+    high = np.r_[np.full(12, 30.0), 360.0, 30.0]
+    assert eb.method == "relaxed" and eb.interval == "normal"
+    np.testing.assert_allclose(eb.center, Rq @ gls, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(eb.std_err, se, rtol=1e-9)
+    np.testing.assert_allclose(eb.lower, np.clip(Rq @ gls - z * se, low, high), atol=1e-9)
+    np.testing.assert_allclose(eb.upper, np.clip(Rq @ gls + z * se, low, high), atol=1e-9)
+    np.testing.assert_allclose(eb.estimate, Rq @ x.value)          # the caller's estimate
+    assert np.any(Rq @ gls < 0) and np.all(eb.lower >= low - 1e-12)
+
+
+def test_relaxed_refuses_what_it_cannot_relax():
+    rng = np.random.default_rng(2)
+    y = rng.laplace(size=8)
+    x = cp.Variable(8)
+    l1 = cp.Problem(cp.Minimize(cp.norm1(x - y)), [x >= 0])
+    l1.solve(method="cvxdp")
+    with pytest.raises(ValueError, match="relaxed.*L1"):
+        cvxdp.error_bars(l1, method="relaxed", noise=[(y, ("laplace", 1.0))])
+    chain = cp.Problem(cp.Minimize(cp.sum_squares(x - y)), [x[:-1] <= x[1:]])
+    chain.solve(method="cvxdp")
+    with pytest.raises(ValueError, match="relaxed.*order"):
+        cvxdp.error_bars(chain, method="relaxed", noise=[(y, ("gaussian", 1.0))])
+    with pytest.raises(ValueError, match="relaxed intervals are normal"):
+        cvxdp.error_bars(chain, method="relaxed", interval="percentile",
+                         noise=[(y, ("gaussian", 1.0))])

@@ -21,6 +21,13 @@ named with ``noise=`` for plain spellings), so:
   ``"normal"``.
 * ``method="auto"``: exact when the model has no inequality at all and is linear, the
   bootstrap otherwise; the result's ``method`` says which ran.
+* ``method="relaxed"``: for a squared-loss model whose inequalities bound the estimate (a
+  non-negative GLS, ``0 <= x <= u``): the exact interval of its *relaxation*, the same model
+  without the inequalities (the GLS of the same release: linear and unbiased), clipped to the
+  range the variables' bounds allow each query.  Near a bound, where the estimate is biased
+  and the bootstrap around it under-covers (0.53-0.60 of nominal 0.9 on small non-zero cells
+  of a sparse hierarchy), these cover 0.89-0.91 (``benchmarks/error_bars.py``), at several
+  times the width.
 
 A :class:`cvxdp.histograms.GLSResult` (the national-hierarchy GLS, which already carries
 exact variances) is accepted too: its cells' intervals.
@@ -38,13 +45,13 @@ from scipy.special import ndtr, ndtri
 from ..modelling.histograms import GLSResult
 from ..names import NAMES, canonical
 from .many import solve_many
-from .exact_errors import NotLinear, active_inequalities, exact_variances
+from .exact_errors import NotLinear, active_inequalities, exact_variances, relaxed_intervals
 from .noise import NoiseSource, find_noise, fit_sources, substitute
 from .queries import QuerySet, query_set, stacked_values
 
 __all__ = ["ErrorBars", "error_bars"]
 
-_METHODS = ("auto", "exact", "bootstrap")
+_METHODS = ("auto", "exact", "bootstrap", "relaxed")
 _INTERVALS = ("normal", "percentile", "basic", "bc")
 _SNAP = 1e-9                   # relative: bootstrap values this near zero are zero
 _BOOTSTRAP_EPS_REL = 1e-4       # the re-solves' eps_rel by a cvxdp method, unless given
@@ -59,7 +66,8 @@ class ErrorBars:
     ``"bootstrap"``; ``interval`` the interval's construction; ``draws`` the bootstrap
     draws used (0 for exact) and ``failed`` those whose re-solve did not end optimal
     (excluded); ``samples`` the re-estimated queries ``(draws, queries)`` of the bootstrap;
-    ``route`` how the exact variances were computed; ``wall_time`` in seconds."""
+    ``route`` how the exact variances were computed; ``center``, for ``"relaxed"``, the
+    relaxation's estimate the intervals are centred on; ``wall_time`` in seconds."""
 
     estimate: np.ndarray
     std_err: np.ndarray
@@ -73,6 +81,7 @@ class ErrorBars:
     samples: np.ndarray | None = None
     route: str = ""
     wall_time: float = 0.0
+    center: np.ndarray | None = None
 
     def __repr__(self) -> str:
         k = int(np.size(self.estimate))
@@ -107,7 +116,7 @@ def error_bars(prob, queries=None, level: float = 0.9, method: str = "auto", dra
         (C order, as ``x.value.ravel()``), an affine cvxpy expression, or (bootstrap only) a
         callable ``f(prob) -> array`` evaluated after each re-solve.
     level : nominal coverage of the intervals.
-    method : ``"auto"``, ``"exact"`` or ``"bootstrap"`` (module docstring).
+    method : ``"auto"``, ``"exact"``, ``"bootstrap"`` or ``"relaxed"`` (module docstring).
     draws, rng : the bootstrap's number of simulated releases and its random generator (or
         seed).
     client, scheduler, workers : run the bootstrap's re-solves on Dask
@@ -139,6 +148,8 @@ def error_bars(prob, queries=None, level: float = 0.9, method: str = "auto", dra
     qs = query_set(queries, variables)
     sources = find_noise(prob, noise)
     est = qs.values(prob, z)
+    if method == "relaxed":
+        return _relaxed(prob, sources, qs, est, float(level), interval, t0)
     if method != "bootstrap":
         done = _exact(prob, sources, qs, est, float(level), method, interval, t0)
         if done is not None:
@@ -191,6 +202,23 @@ def _exact(prob, sources, qs, est, level, method, interval, t0) -> ErrorBars | N
     return ErrorBars(qs.shaped(est), qs.shaped(se), qs.shaped(est - zq * se),
                      qs.shaped(est + zq * se), level, "exact", "normal", route=route,
                      wall_time=time.perf_counter() - t0)
+
+
+def _relaxed(prob, sources, qs, est, level, interval, t0) -> ErrorBars:
+    """The relaxation's exact interval, clipped to each query's range under the bounds."""
+    if interval not in (None, "normal"):
+        raise ValueError(f"error_bars: relaxed intervals are normal, got interval={interval!r}")
+    try:
+        centre, var, low, high, route = relaxed_intervals(prob, sources, qs)
+    except NotLinear as err:
+        raise ValueError(f"error_bars: method='relaxed' does not apply: {err}") from None
+    se = np.sqrt(np.maximum(var, 0.0))
+    zq = float(ndtri(0.5 + level / 2.0))
+    lo = np.clip(centre - zq * se, low, high)
+    hi = np.clip(centre + zq * se, low, high)
+    return ErrorBars(qs.shaped(est), qs.shaped(se), qs.shaped(lo), qs.shaped(hi), level,
+                     "relaxed", "normal", route=f"relaxation without inequalities, {route}",
+                     wall_time=time.perf_counter() - t0, center=qs.shaped(centre))
 
 
 def _from_gls(res: GLSResult, queries, level, method, interval, t0) -> ErrorBars:

@@ -87,6 +87,14 @@ class KKTVariances:
                              "leave it free): its error bar is infinite")
         return Z
 
+    def estimate(self, y: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """``xhat`` itself for loss answers ``y`` and right-hand side ``b``:
+        ``K [xhat; lam] = [M^T W y; b]``, refined like the queries' solves."""
+        e = self.A.shape[0]
+        rhs = np.concatenate([self.M.T @ (self.w * np.asarray(y, dtype=float)),
+                              np.zeros(e) if b is None else np.asarray(b, dtype=float)])
+        return self._solve(rhs[:, None])[:self.n, 0]
+
     def variances(self, Q) -> np.ndarray:
         """``Var(q^T xhat)`` for each row ``q`` of ``Q`` ``(k, n)`` (dense or sparse)."""
         Q = sp.csr_matrix(Q)

@@ -356,60 +356,82 @@ class TreeGLS:
         return x
 
     # ------------------------------------------------------------------ variances
-    def covariances(self):
-        """Yield ``(bfs positions, C)`` level by level: the covariance of the estimate of each
-        unit (one ``(k, k)`` matrix shared by the positions listed)."""
+    def covariances(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(where, mats)``: the covariance of the estimate of each unit (bfs position ``p``)
+        is ``mats[where[p]]``, one ``(k, k)`` matrix per class of units that share it.
+
+        Level by level: ``C_v = P_v - J P_v + J C_u J^T`` with ``J = P_v T_u``, ``u`` the
+        parent, so units with the same own class, parent class and parent covariance share
+        ``C_v``; the classes are found with one ``np.unique`` over those triples per level."""
         f = self.forest
         roots = np.arange(f.level_bounds[0], f.level_bounds[1])
-        cur: dict[int, np.ndarray] = {}
-        cls = np.empty(f.n, dtype=np.int64)
-        for c in np.unique(self._p_class[roots]):
-            cur[int(c)] = self._P[c]
-        cls[roots] = self._p_class[roots]
-        for c, mat in cur.items():
-            yield roots[self._p_class[roots] == c], mat
+        where = np.empty(f.n, dtype=np.int64)
+        root_cls, where[roots] = np.unique(self._p_class[roots], return_inverse=True)
+        # T is indexed by parent classes only (a leaf's None never read)
+        zero = np.zeros((self.k, self.k))
+        P_all = np.stack(self._P)
+        T_all = np.stack([zero if T is None else T for T in self._T])
+        mats = P_all[root_cls]
         for d in range(1, f.n_levels):
             lo, hi = f.level_bounds[d], f.level_bounds[d + 1]
             parents, _, sizes = f.level_children(d)
             par_of = np.repeat(parents, sizes)
-            keys: dict[tuple, int] = {}
-            nxt: dict[int, np.ndarray] = {}
-            pos = np.arange(lo, hi)
-            for q in range(lo, hi):
-                key = (int(self._p_class[q]), int(self._p_class[par_of[q - lo]]), int(cls[par_of[q - lo]]))
-                c = keys.get(key)
-                if c is None:
-                    P, T, Cv = self._P[key[0]], self._T[key[1]], cur[key[2]]
-                    J = P @ T
-                    c = keys[key] = len(keys)
-                    nxt[c] = P - J @ P + J @ Cv @ J.T
-                cls[q] = c
-            for c, mat in nxt.items():
-                yield pos[cls[lo:hi] == c], mat
-            cur = nxt
+            keys, inv = _unique_triples(self._p_class[lo:hi], self._p_class[par_of], where[par_of],
+                                        P_all.shape[0], mats.shape[0])
+            where[lo:hi] = mats.shape[0] + inv
+            mats = np.concatenate([mats, _child_covariances(P_all, T_all, mats, keys)])
+        return where, mats
 
     def variances(self) -> tuple[np.ndarray, list[np.ndarray]]:
         """``(cells, queries)``: each cell's variance ``(n, k)`` and, per block, each query's
         variance ``(u, m)``, in original unit order."""
         f = self.forest
-        cells = np.empty((f.n, self.k))
-        qvar = [np.empty((b.nodes.size, b.Q.shape[0])) for b in self.blocks]
+        where, mats = self.covariances()
         pos = np.empty(f.n, dtype=np.int64)
         pos[f.order] = np.arange(f.n)
-        block_pos = [pos[b.nodes] for b in self.blocks]
-        where = np.full(f.n, -1, dtype=np.int64)
-        mats: list[np.ndarray] = []
-        for p, C in self.covariances():
-            where[p] = len(mats)
-            mats.append(C)
-            cells[f.order[p]] = np.diag(C)
-        for i, b in enumerate(self.blocks):
-            ids = where[block_pos[i]]
-            for j in np.unique(ids):
-                C = mats[j]
-                qv = np.sum((b.Q @ C) * b.Q, axis=1)     # diag(Q C Q^T) by one BLAS product
-                qvar[i][ids == j] = qv
+        cells = np.diagonal(mats, axis1=1, axis2=2)[where[pos]]
+        qvar = []
+        for b in self.blocks:
+            used, inv = np.unique(where[pos[b.nodes]], return_inverse=True)
+            qvar.append(_quad_diag(b.Q, mats, used)[inv.ravel()])
         return cells, qvar
+
+
+def _unique_triples(a: np.ndarray, b: np.ndarray, c: np.ndarray, nb: int, nc: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``[a, b, c]`` (``0 <= b < nb``, ``0 <= c < nc``) and each row's
+    index among them: one integer key per row when it fits in int64 (a sort of integers is
+    several times faster than ``np.unique(axis=0)``'s)."""
+    if (int(a.max(initial=0)) + 1) * nb * nc < 2 ** 62:
+        uniq, inv = np.unique((a * nb + b) * nc + c, return_inverse=True)
+        keys = np.column_stack([uniq // (nb * nc), (uniq // nc) % nb, uniq % nc])
+        return keys, inv.ravel()
+    keys, inv = np.unique(np.column_stack([a, b, c]), axis=0, return_inverse=True)
+    return keys, inv.ravel()
+
+
+def _child_covariances(P_all: np.ndarray, T_all: np.ndarray, mats: np.ndarray, keys: np.ndarray,
+                       chunk: int = 256) -> np.ndarray:
+    """``C_v = P - J P + J C_u J^T = P + J (C_u J^T - P)``, ``J = P T``, for each row
+    ``(own class, parent class, parent covariance)`` of ``keys``: batched matrix products in
+    chunks (bounded memory)."""
+    out = np.empty((keys.shape[0],) + P_all.shape[1:])
+    for a in range(0, keys.shape[0], chunk):
+        kk = keys[a:a + chunk]
+        P = P_all[kk[:, 0]]
+        J = np.matmul(P, T_all[kk[:, 1]])
+        out[a:a + chunk] = P + np.matmul(J, np.matmul(mats[kk[:, 2]], np.swapaxes(J, 1, 2)) - P)
+    return out
+
+
+def _quad_diag(Q: np.ndarray, mats: np.ndarray, used: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """``diag(Q C Q^T)`` for each ``C = mats[j]``, ``j`` in ``used``: batched matrix products in
+    chunks of classes (bounded memory)."""
+    out = np.empty((used.size, Q.shape[0]))
+    for a in range(0, used.size, chunk):
+        QC = np.matmul(Q, mats[used[a:a + chunk]])            # (c, m, k)
+        out[a:a + chunk] = np.sum(QC * Q, axis=2)
+    return out
 
 
 def _sym(M: np.ndarray) -> np.ndarray:
