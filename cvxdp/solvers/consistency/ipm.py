@@ -74,6 +74,10 @@ _QDLDL_MAX = 2000
 # random 0/1 rows fill the sparse factor to ~40 % anyway (n = 3000: SuperLU 3 s, QDLDL 5.6 s,
 # one-thread dense Cholesky 0.5 s, measured on the loaded 2-core machine)
 _DENSE_MAX = 4500
+# ... and below _QDLDL_MAX too when the first sparse factorisation shows this much work
+# (multiply-adds) and at least this fraction of a dense one's
+_DENSE_FLOPS = 5e7
+_DENSE_FRACTION = 0.15
 
 
 class IPMResult:
@@ -115,6 +119,74 @@ class _Problem:
         self.u = np.where(self.up_f, d.upper, 0.0)
 
 
+class _Assembly:
+    """The Newton matrices' values on a pattern fixed once (an interior-point iteration only
+    changes the weights): ``H = Hx + R^T Phi R`` as ``H.data = T phi`` plus its diagonal, and
+    the KKT matrix ``[-H  A^T; A  d I]`` with ``-H``'s and ``d``'s slots of its data known.
+    Assembling them with scipy's sparse products each iteration was most of a small
+    problem's time (2.4 ms of 2.5 per iteration at n = 100)."""
+
+    def __init__(self, R: sp.csr_matrix, A: sp.csr_matrix) -> None:
+        n, p = R.shape[1], A.shape[0]
+        self.n, self.p = n, p
+        R = sp.csr_matrix(R)
+        R.sum_duplicates()
+        # every pair of entries (a, b) of one row of R: H[col a, col b] += R_a R_b phi_row
+        lens = np.diff(R.indptr)
+        row = np.repeat(np.arange(R.shape[0]), lens)
+        first = np.repeat(np.arange(R.nnz), lens[row])
+        start = np.repeat(np.cumsum(lens[row]) - lens[row], lens[row])
+        second = R.indptr[row[first]] + (np.arange(first.size) - start)
+        keys = np.r_[R.indices[second] * n + R.indices[first], np.arange(n) * (n + 1)]
+        uniq, pos = np.unique(keys, return_inverse=True)
+        pos = pos.ravel()
+        self.h_indptr = np.searchsorted(uniq // n, np.arange(n + 1)).astype(np.int32)
+        self.h_indices = (uniq % n).astype(np.int32)
+        self.h_diag = pos[first.size:]
+        self.T = sp.csr_matrix((R.data[first] * R.data[second], (pos[:first.size], row[first])),
+                               shape=(uniq.size, R.shape[0]))
+        # the KKT pattern, built once from markers saying which slot holds what: H's entry k
+        # as k + 1, A's entry j (in both blocks) as -(3 + j), the dual regularisation as -2
+        Hm = sp.csc_matrix((np.arange(1.0, uniq.size + 1), self.h_indices, self.h_indptr), shape=(n, n))
+        self._A = sp.csr_matrix(A)
+        if p:
+            Am = sp.csr_matrix((-(3.0 + np.arange(self._A.nnz)), self._A.indices, self._A.indptr),
+                               shape=A.shape)
+            marker = sp.bmat([[Hm, Am.T], [Am, -2.0 * sp.identity(p)]], format="csc")
+        else:
+            marker = Hm.copy()
+        self._slots = {False: self._slots_of(marker),
+                       True: self._slots_of(sp.triu(marker, format="csc"))}
+
+    def _slots_of(self, marker: sp.csc_matrix) -> tuple:
+        marker.sort_indices()
+        m = marker.data
+        from_h = np.flatnonzero(m > 0)
+        base = np.zeros(m.size)
+        in_a = np.flatnonzero(m <= -3.0)
+        if in_a.size:
+            base[in_a] = self._A.data[(-m[in_a] - 3.0).astype(np.int64)]
+        return (marker.indptr, marker.indices, from_h, (m[from_h] - 1.0).astype(np.int64),
+                np.flatnonzero(m == -2.0), base)
+
+    def h_values(self, phi: np.ndarray, Hx: np.ndarray) -> np.ndarray:
+        hdata = self.T @ phi
+        hdata[self.h_diag] += Hx
+        return hdata
+
+    def h_matrix(self, hdata: np.ndarray) -> sp.csc_matrix:
+        return sp.csc_matrix((hdata, self.h_indices, self.h_indptr), shape=(self.n, self.n))
+
+    def kkt(self, hdata: np.ndarray, dreg: float, upper: bool = False) -> sp.csc_matrix:
+        """``[-H  A^T; A  d I]`` with ``H.data = hdata``; its upper triangle if ``upper``."""
+        indptr, indices, from_h, h_of, at_dreg, base = self._slots[upper]
+        data = base.copy()
+        data[from_h] = -hdata[h_of]
+        data[at_dreg] = dreg
+        size = self.n + self.p
+        return sp.csc_matrix((data, indices, indptr), shape=(size, size))
+
+
 def solve_qp(d, deadline: float = math.inf, verbose: bool = False) -> IPMResult | None:
     """Solve ``d`` (any loss weights; pure L1 too) by the interior point; ``None`` when it
     does not converge (or runs past ``deadline``, a ``time.perf_counter()`` time)."""
@@ -134,6 +206,8 @@ class _Solver:
             self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
         self._lu = None
         self._ldl = PatternLDL()
+        self._asm = _Assembly(P.R, P.A)
+        self._fill_checked = False
 
     # ---------------------------------------------------------------- start and scaling
     def _start(self):
@@ -278,25 +352,43 @@ class _Solver:
 
     def _assemble(self, phi, Hx, reg):
         """Factorise ``[-(Hx + R^T Phi R)  A^T; A  d I]`` (regularised)."""
-        P = self.P
-        H = (P.RT @ sp.diags(phi) @ P.R).tocsc() + sp.diags(Hx)
-        self._H = H
-        diag_scale = max(float(np.abs(H.diagonal()).max(initial=0.0)), 1e-300)
-        H = H + sp.diags(np.full(self.n, reg * diag_scale))
+        asm = self._asm
+        hdata = asm.h_values(phi, Hx)
+        self._H = asm.h_matrix(hdata.copy())         # unregularised, for the refinement
+        diag_scale = max(float(np.abs(hdata[asm.h_diag]).max(initial=0.0)), 1e-300)
         self.reg = reg * diag_scale
+        hdata[asm.h_diag] += self.reg
         dreg = max(reg, _DUAL_REG) * diag_scale
+        if self.mode == "qdldl":
+            try:
+                self._ldl.factor(asm.kkt(hdata, dreg, upper=True), upper=True)
+            except (RuntimeError, ValueError):
+                self._ldl.reset()
+                return False
+            if not self._fill_makes_dense():
+                return True
         if self.mode == "dense":
-            return self._dense_factor(H.toarray(), dreg)
-        K = sp.bmat([[-H, P.AT], [P.A, dreg * sp.identity(self.p)]], format="csc") if self.p else (-H).tocsc()
+            return self._dense_factor(asm.h_matrix(hdata).toarray(order="F"), dreg)
         try:
-            if self.mode == "qdldl":
-                self._ldl.factor(K)
-            else:
-                self._lu = spla.splu(K, permc_spec="MMD_AT_PLUS_A")
+            self._lu = spla.splu(asm.kkt(hdata, dreg), permc_spec="MMD_AT_PLUS_A")
         except (RuntimeError, ValueError):
-            self._ldl.reset()
             return False
         return True
+
+    def _fill_makes_dense(self) -> bool:
+        """After the first sparse factorisation: when the fill made it nearly dense, LAPACK's
+        dense Cholesky takes over from this iteration on (random 0/1 rows: ``sum c_j^2`` about
+        a quarter of ``(n + p)^3 / 3``, and at n = 1,000 QDLDL's update took 41 ms against
+        21 ms dense; at n = 500, 3.3 ms against 3.1 ms)."""
+        if self._fill_checked:
+            return False
+        self._fill_checked = True
+        size = self.n + self.p
+        flops = self._ldl.flops()
+        if self.n <= _DENSE_MAX and flops > max(_DENSE_FLOPS, _DENSE_FRACTION * size ** 3 / 3.0):
+            self.mode = "dense"
+            return True
+        return False
 
     def _solve_reduced(self, fx, fA):
         """``[-H  A^T; A  0] (dx, dyA) = (fx, fA)``, refined against the unregularised system."""
@@ -305,6 +397,8 @@ class _Solver:
         for _ in range(_REFINE):
             r1 = fx - (-(self._H @ dx) + self.P.AT @ dy)
             r2 = fA - self.P.A @ dx
+            # refined to rounding level: looser directions were measured to cost interior-point
+            # iterations (stopping once a step gained less than a digit: 16 instead of 11)
             if max(float(np.abs(r1).max(initial=0.0)), float(np.abs(r2).max(initial=0.0))) <= 1e-15 * scale:
                 break
             ex, ey = self._apply(r1, r2)
@@ -327,15 +421,18 @@ class _Solver:
     def _dense_factor(self, H, dreg) -> bool:
         """Cholesky factors of ``H`` and of the Schur complement ``A H^-1 A^T + d I``."""
         try:
-            self._chol = la.cho_factor(H, lower=True, check_finite=False)
+            L = la.cholesky(H, lower=True, overwrite_a=True, check_finite=False)
+            self._chol = (L, True)
             if self.p:
-                X = la.cho_solve(self._chol, self.P.A.T.toarray(), check_finite=False)
-                S = np.asarray(self.P.A @ X)
+                # S = A H^-1 A^T = X^T X with X = L^-1 A^T: one triangular solve (half the
+                # work of a full solve with H per column)
+                X = la.solve_triangular(L, self.P.A.T.toarray(), lower=True, check_finite=False)
+                S = X.T @ X
                 S[np.diag_indices_from(S)] += dreg
                 self._schur = la.cho_factor(S, lower=True, check_finite=False)
         except (la.LinAlgError, ValueError):
             return False
-        return bool(np.all(np.isfinite(self._chol[0].diagonal())))
+        return bool(np.all(np.isfinite(L.diagonal())))
 
     def _direction(self, z, res, rc):
         """The Newton direction for the residuals ``res`` and complementarity targets ``rc``
