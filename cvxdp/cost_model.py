@@ -24,22 +24,29 @@ import cvxpy as cp
 from .methods.base import Recognised
 from .methods.registry import FAMILIES, method_for
 
-__all__ = ["Choice", "choose", "quick", "size_of", "standard_options", "FITS", "MARGIN", "STANDARD"]
+__all__ = ["Choice", "choose", "quick", "size_of", "standard_options", "estimates", "small_limit",
+           "FITS", "MARGIN", "STANDARD", "SMALL"]
 
 #: family/loss -> (a, b) of ``log t = a + b log size`` (seconds, whole ``prob.solve`` calls)
 #: for the cvxdp method, then (c, d) for Clarabel, measured on a 2-core machine
-#: (``benchmarks/results/cost_model.txt``)
-FITS: dict[str, tuple[float, float, float, float]] = {
+#: (``benchmarks/results/cost_model.txt``); or the measured points ``(size, t_cvxdp,
+#: t_clarabel), ...`` themselves, interpolated linearly in log-log (:func:`estimates`)
+FITS: dict[str, tuple] = {
     "admm_tree/l1": (-6.588, 0.479, -10.33, 0.995),
     "admm_tree/l2": (-7.495, 0.483, -9.833, 0.916),
     "admm_tree/mixed": (-7.768, 0.733, -9.418, 0.943),
     "admm_general/l1": (-4.087, 0.272, -8.893, 0.827),
     "admm_general/l2": (-5.973, 0.541, -9.057, 0.833),
     "admm_general/mixed": (-5.106, 0.418, -8.956, 0.875),
-    # any loss matrix (not separable, no tree): the LP (HiGHS) / the interior point, n = 100 .. 3000
-    "general_exact/l1": (-8.605, 1.15, -11.701, 1.784),
-    "general_exact/l2": (-9.289, 1.5, -10.231, 1.494),
-    "general_exact/mixed": (-10.752, 1.742, -7.033, 1.077),
+    # any loss matrix (not separable, no tree): the LP (HiGHS) / the interior point.  Its
+    # times are not a straight line in log-log (the interior point's factorisation switches
+    # from sparse to dense), so the measured points themselves (size, cvxdp, Clarabel), 2026-12-06
+    "general_exact/l1": ((100, 0.0113, 0.0073), (300, 0.0278, 0.0798), (1000, 0.1312, 0.5669),
+                         (3000, 0.7662, 4.0173)),
+    "general_exact/l2": ((100, 0.0141, 0.0061), (300, 0.0512, 0.0621), (1000, 0.2606, 0.2886),
+                         (3000, 3.3894, 2.1382)),
+    "general_exact/mixed": ((100, 0.0169, 0.0103), (300, 0.0504, 0.1223), (1000, 0.3323, 0.5241),
+                            (3000, 5.0482, 2.8879)),
     "histogram_tree/l1": (-6.915, 0.645, -11.951, 1.136),
     "histogram_tree/l2": (-8.693, 0.592, -11.072, 1.011),
     "marginal_polytope/l1": (-4.487, 0.192, -8.291, 0.711),
@@ -50,6 +57,11 @@ FITS: dict[str, tuple[float, float, float, float]] = {
 }
 #: families the cvxdp method solves directly (no iterations): always the cvxdp method
 EXACT = ("exact_isotonic", "exact_gls")
+#: what ``cvxdp.ADMM`` says of a problem before recognising it (its bounds, equalities and
+#: loss atoms only: one of the consistency family's iterative kinds, which one unknown)
+SMALL = "consistency_small"
+#: the families :data:`SMALL` stands for
+_CONSISTENCY = ("admm_tree/", "admm_general/", "general_exact/", "histogram_tree/")
 #: the cvxdp method must be expected this much slower before a standard solver is chosen
 #: (1: whichever is expected faster; near the crossover both take about the same time)
 MARGIN = 1.0
@@ -97,17 +109,52 @@ def quick(problem: cp.Problem) -> tuple[str, Choice] | None:
     return None
 
 
+def estimates(family: str, size: float) -> tuple[float, float]:
+    """The expected seconds of the cvxdp method and of Clarabel on ``family`` at ``size``."""
+    fit = FITS[family]
+    logn = math.log(max(size, 1.0))
+    if isinstance(fit[0], tuple):           # measured points: piecewise linear in log-log
+        pts = sorted(fit)
+        k = 1
+        while k < len(pts) - 1 and pts[k][0] < size:
+            k += 1
+        (n0, c0, s0), (n1, c1, s1) = pts[k - 1], pts[k]
+        u = (logn - math.log(n0)) / (math.log(n1) - math.log(n0))
+        return (math.exp(math.log(c0) + u * (math.log(c1) - math.log(c0))),
+                math.exp(math.log(s0) + u * (math.log(s1) - math.log(s0))))
+    a, b, c, d = fit
+    return math.exp(a + b * logn), math.exp(c + d * logn)
+
+
+def small_limit() -> float:
+    """The unknowns below which the standard solver is expected faster on *every* family of
+    :data:`_CONSISTENCY`: the smallest size (on a grid of ratio 1.1 from 64, the smallest
+    calibrated size, to 10^5) at which one of them expects the cvxdp method no slower (``0``
+    when one does at 64; below the calibrated sizes the standard solver's lead only grows)."""
+    families = [key for key in FITS if key.startswith(_CONSISTENCY)]
+    n = 64.0
+    while n < 1e5:
+        if any(t_c <= t_s for t_c, t_s in (estimates(f, n) for f in families)):
+            return 0.0 if n == 64.0 else n
+        n *= 1.1
+    return n
+
+
 def _choose(method_name: str, family: str, size: int, pinned: str | None) -> Choice:
+    if family == SMALL:
+        limit = small_limit()
+        if size < limit and not pinned:
+            return Choice(STANDARD, family, size, math.nan, math.nan,
+                          f"{size:,} unknowns, a consistency model: {STANDARD} expected faster "
+                          f"than {method_name} on every consistency family below {limit:,.0f}")
+        return Choice(method_name, family, size, math.nan, math.nan, "recognition decides")
     if family in EXACT:
         return Choice(method_name, family, size, math.nan, math.nan,
                       f"{family}: solved exactly by {method_name}, no iterations")
     if family not in FITS:
         return Choice(method_name, family, size, math.nan, math.nan,
                       f"{family}: no measurements; {method_name} kept")
-    a, b, c, d = FITS[family]
-    s = max(size, 1)
-    t_c = math.exp(a + b * math.log(s))
-    t_s = math.exp(c + d * math.log(s))
+    t_c, t_s = estimates(family, size)
     if pinned:
         return Choice(method_name, family, size, t_c, t_s, pinned)
     if t_c > MARGIN * t_s:

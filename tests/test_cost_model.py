@@ -27,7 +27,10 @@ def tree_problem(n_leaves=16, seed=0):
 
 @pytest.fixture
 def fits(monkeypatch):
-    """Replace the fits of one family: ``force(family, standard_faster)``."""
+    """Replace the fits of one family: ``force(family, standard_faster)`` (and keep small
+    consistency models to recognition, so that the forced family decides)."""
+    monkeypatch.setattr(cost_model, "small_limit", lambda: 0.0)
+
     def force(family, standard_faster):
         slow, fast = (0.0, 1.0), (-20.0, 0.1)
         a, b = slow if standard_faster else fast
@@ -123,7 +126,7 @@ def test_verbose_says_what_was_chosen_and_why(fits, caplog):
 
 
 @pytest.mark.parametrize("make, family", [
-    (lambda: tree_problem(), "admm_tree/l1"),
+    (lambda: tree_problem(128), "admm_tree/l1"),
     (lambda: _marginal(cvxdp.MarginalPolytope, "l2"), "marginal_polytope/l2"),
     (lambda: _marginal(cvxdp.LocalPolytope, "l1"), "local_polytope/l1"),
     (lambda: cvxdp.fitness_problem(cvxdp.workloads.prefix(4), np.ones(4)).problem, "newton_cg"),
@@ -272,3 +275,75 @@ def test_an_infeasible_problem_gets_the_methods_certificate(fits):
     es = bad.solver_stats.extra_stats
     assert bad.status == cp.INFEASIBLE and bad.solver_stats.solver_name == cvxdp.ADMM
     assert "returned 'infeasible'" in es["choice"]["reason"] and es["info"]
+
+
+# ----------------------------------------------------------------- small consistency models
+def _shapes():
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=6)
+    x = cp.Variable(6)
+    E = np.ones((1, 6))
+    psd = cp.Variable((2, 2), PSD=True)
+    plain = {
+        "l1 + bounds": cp.Problem(cp.Minimize(cp.norm1(x - y)), [E @ x == 1, x >= 0]),
+        "squared + bound slice": cp.Problem(cp.Minimize(cp.sum_squares(x - y)), [x[:3] <= 2]),
+        "l1, equalities only": cp.Problem(cp.Minimize(2 * cp.sum(cp.abs(x - y))), [E @ x == 1]),
+        "nonneg attribute": cp.Problem(cp.Minimize(cp.sum_squares(cp.Variable(6, nonneg=True) - y))),
+        "tree": tree_problem(8),
+    }
+    other = {
+        "order chain": cp.Problem(cp.Minimize(cp.norm1(x - y)), [x[:-1] <= x[1:]]),
+        "squared, equalities only (exact GLS)": cp.Problem(cp.Minimize(cp.sum_squares(x - y)), [E @ x == 1]),
+        "general inequality": cp.Problem(cp.Minimize(cp.norm1(x - y)), [E @ x <= 1]),
+        "PSD variable": cp.Problem(cp.Minimize(cp.norm1(x - y) + cp.trace(psd)), [x >= 0]),
+        "other atom": cp.Problem(cp.Minimize(cp.norm1(x - y) + cp.norm(x, 2)), [x >= 0]),
+        "cube": cp.Problem(cp.Minimize(cp.sum(cp.power(cp.pos(x - y), 3))), [x >= 0]),
+    }
+    return plain, other
+
+
+def test_plain_consistency_reads_the_shape_only():
+    from cvxdp.recognise.shape import plain_consistency
+    plain, other = _shapes()
+    for name, prob in plain.items():
+        assert plain_consistency(prob), name
+    for name, prob in other.items():
+        assert not plain_consistency(prob), name
+
+
+def test_small_consistency_models_go_to_clarabel_before_recognition(monkeypatch):
+    monkeypatch.setattr(cost_model, "small_limit", lambda: 1e9)
+
+    def refuse(problem):
+        raise AssertionError("recognised although the shape decided")
+    monkeypatch.setattr(cvxdp.METHODS[cvxdp.ADMM], "recognise", refuse)
+    prob = tree_problem(8)
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert prob.status == cp.OPTIMAL and choice["solver"] == cp.CLARABEL
+    assert choice["family"] == cost_model.SMALL and "consistency" in choice["reason"]
+    monkeypatch.undo()
+    # a method's own option keeps the method; below the limit recognition decides as before
+    monkeypatch.setattr(cost_model, "small_limit", lambda: 1e9)
+    prob = tree_problem(8)
+    prob.solve(method="cvxdp", rho=1.0)
+    assert prob.solver_stats.solver_name == cvxdp.ADMM
+    monkeypatch.setattr(cost_model, "small_limit", lambda: 0.0)
+    prob = tree_problem(8)
+    prob.solve(method="cvxdp")
+    assert prob.solver_stats.extra_stats["choice"]["family"] != cost_model.SMALL
+
+
+def test_the_small_limit_is_the_smallest_crossover(monkeypatch):
+    for key in list(cost_model.FITS):
+        if key.startswith(("admm_", "general_exact", "histogram_tree")):
+            monkeypatch.setitem(cost_model.FITS, key, (0.0, 0.5, -6.0, 1.5))   # crossover e^6
+    monkeypatch.setitem(cost_model.FITS, "admm_tree/l2", (0.0, 0.5, -5.0, 1.5))  # e^5, first
+    assert cost_model.small_limit() == pytest.approx(math.exp(5.0), rel=0.1)
+    assert cost_model.small_limit() >= math.exp(5.0)
+    monkeypatch.setitem(cost_model.FITS, "admm_tree/l2", (-9.0, 0.5, -4.0, 1.5))
+    assert cost_model.small_limit() == 0.0
+    # measured points are interpolated in log-log
+    monkeypatch.setitem(cost_model.FITS, "general_exact/l2", ((100, 0.01, 0.02), (1000, 1.0, 0.2)))
+    t_c, t_s = cost_model.estimates("general_exact/l2", 10 ** 2.5)
+    assert t_c == pytest.approx(0.1) and t_s == pytest.approx(0.2 / 10 ** 0.5)

@@ -35,11 +35,15 @@ from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..names import ADMM
 from ..recognise.consistency import Extraction, recognise
+from ..recognise.shape import plain_consistency
 from .base import Outcome
 from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
 from .options import STOPPING, Option, OptionSet, Settings
 
 __all__ = ["ConsistencyADMM", "OPTIONS", "unstack"]
+
+# problems with more unknowns are never small enough for the pre-recognition check
+_SMALL_SCAN = 10_000
 
 #: the options of ``cvxdp.ADMM``, for every family it solves
 OPTIONS = OptionSet.build(ADMM, max_iters=admm_solver.ADMMSettings.max_iters,
@@ -93,8 +97,14 @@ class ConsistencyADMM:
     def cost(self, ext: Extraction) -> tuple[str, int]:
         return _cost_family(ext.data), int(ext.data.n)
 
-    def cost_before_recognition(self, problem: cp.Problem) -> None:
-        return None
+    def cost_before_recognition(self, problem: cp.Problem) -> tuple[str, int] | None:
+        """``("consistency_small", unknowns)`` for a problem that can only be one of this
+        family's iterative kinds (:func:`cvxdp.recognise.shape.plain_consistency`), so that
+        the cost model may hand a small one to the standard solver without recognising it."""
+        n = sum(v.size for v in problem.variables())
+        if n > _SMALL_SCAN or not plain_consistency(problem):
+            return None
+        return "consistency_small", int(n)
 
     def solve(self, problem: cp.Problem, ext: Extraction, settings: Settings, *,
               cached: Any) -> Outcome:

@@ -133,7 +133,15 @@ class CostModelDirective(SphinxDirective):
         from cvxdp import cost_model
 
         rows = []
-        for family, (a, b, c, d) in cost_model.FITS.items():
+        for family, fit in cost_model.FITS.items():
+            if isinstance(fit[0], tuple):        # measured points, interpolated in log-log
+                faster = [n for n, tc, ts in fit if tc <= cost_model.MARGIN * ts]
+                pts = ", ".join(f"{n:,}: {tc:.3g} s" for n, tc, _ in fit)
+                std = ", ".join(f"{n:,}: {ts:.3g} s" for n, _, ts in fit)
+                when = ("measured faster at " + ", ".join(f"{n:,}" for n in faster)) if faster else "never"
+                rows.append([_literal(family), pts, std, when])
+                continue
+            a, b, c, d = fit
             # log t_cvxdp - log t_std - log MARGIN = (a - c - log m) + (b - d) log s
             a0 = a - c - math.log(cost_model.MARGIN)
             if b == d:
@@ -146,6 +154,9 @@ class CostModelDirective(SphinxDirective):
                     when = "never" if cross < 1 else f"up to {cross:,.0f}"
             rows.append([_literal(family), f"{math.exp(a):.2g} s x size^{b:.2f}",
                          f"{math.exp(c):.2g} s x size^{d:.2f}", when])
+        rows.append([_literal(cost_model.SMALL), "", "",
+                     f"below {cost_model.small_limit():,.0f} unknowns: never (decided before "
+                     "recognition)"])
         for family in cost_model.EXACT:
             rows.append([_literal(family), "one direct solve", "", "always"])
         return [table(["family / loss", "cvxdp method", str(cost_model.STANDARD),
