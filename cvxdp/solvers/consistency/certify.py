@@ -39,33 +39,35 @@ def certify(data, res: SolverResult, s, w: np.ndarray | None) -> SolverResult:
         # no multipliers wanted (a bootstrap's re-solves): the gap alone decides
         return _certify_gap_only(data, res, s)
     duals, w, chk, source = _certified_multipliers(data, res.x, res.duals or {}, w, s)
-    if relative_gap(res.objective, res.lower_bound) > s.eps_rel and res.primal_residual <= s.eps_abs \
-            and lp_size(data) <= LP_MAX_NNZ:
-        # the ADMM dual point does not certify: the best dual with the smooth loss
-        # multipliers fixed at x (an LP) usually does, and gives multipliers with it
-        db = dual_bound_lp(data, res.x, s.eps_abs)
-        if db is not None:
-            res.info["lp_lower_bound"] = db[0]
-            res.lower_bound = max(res.lower_bound, db[0])
-            if not chk["ok"]:
-                chk3 = kkt_check(data, res.x, db[1], db[2], s.eps_abs, s.eps_rel)
-                if chk3["ok"]:
-                    duals, w, chk, source = db[1], db[2], chk3, "lp bound"
+    db = _lp_bound(data, res, s)
+    if db is not None and not chk["ok"]:
+        chk3 = kkt_check(data, res.x, db[1], db[2], s.eps_abs, s.eps_rel)
+        if chk3["ok"]:
+            duals, w, chk, source = db[1], db[2], chk3, "lp bound"
     res.info["kkt"] = {k: v for k, v in chk.items() if k != "ok"}
     _record_multipliers(data, res, duals, w, chk, source)
     _set_status(data, res, s)
     return res
 
 
+def _lp_bound(data, res: SolverResult, s):
+    """When the ADMM dual point does not certify the gap: the best dual with the smooth loss
+    multipliers fixed at ``x`` (an LP) usually does; its bound raises ``res.lower_bound`` and
+    ``(bound, duals, w)`` is returned (``None`` when not tried or not found)."""
+    if not (relative_gap(res.objective, res.lower_bound) > s.eps_rel
+            and res.primal_residual <= s.eps_abs and lp_size(data) <= LP_MAX_NNZ):
+        return None
+    db = dual_bound_lp(data, res.x, s.eps_abs)
+    if db is not None:
+        res.info["lp_lower_bound"] = db[0]
+        res.lower_bound = max(res.lower_bound, db[0])
+    return db
+
+
 def _certify_gap_only(data, res: SolverResult, s) -> SolverResult:
     """``duals=False``: the status from the violation and the gap, the LP over the
     multipliers raising the bound only when the ADMM dual point does not certify."""
-    if relative_gap(res.objective, res.lower_bound) > s.eps_rel and res.primal_residual <= s.eps_abs \
-            and lp_size(data) <= LP_MAX_NNZ:
-        db = dual_bound_lp(data, res.x, s.eps_abs)
-        if db is not None:
-            res.info["lp_lower_bound"] = db[0]
-            res.lower_bound = max(res.lower_bound, db[0])
+    _lp_bound(data, res, s)
     res.duals = {}
     res.info["duals_certified"] = False
     res.info["duals_source"] = "not computed (duals=False)"
