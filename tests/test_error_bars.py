@@ -313,3 +313,17 @@ def test_relaxed_refuses_what_it_cannot_relax():
     with pytest.raises(ValueError, match="relaxed intervals are normal"):
         cvxdp.error_bars(chain, method="relaxed", interval="percentile",
                          noise=[(y, ("gaussian", 1.0))])
+
+
+def test_relaxed_says_when_the_relaxation_leaves_a_query_free():
+    # only x[0] is measured; x[1] is pinned by its bounds alone: without them it is free
+    y = np.array([3.0])
+    x = cp.Variable(2)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(x[0:1] - y)), [x >= 0, x[1] <= 0])
+    prob.solve(solver=cp.CLARABEL)
+    eb = cvxdp.error_bars(prob, queries=np.array([[1.0, 0.0]]), method="relaxed",
+                          noise=[(y, ("gaussian", 1.0))])
+    np.testing.assert_allclose(eb.std_err, [1.0], rtol=1e-9)
+    with pytest.raises(ValueError, match="not determined.*query 0"):
+        cvxdp.error_bars(prob, queries=np.array([[0.0, 1.0]]), method="relaxed",
+                         noise=[(y, ("gaussian", 1.0))])

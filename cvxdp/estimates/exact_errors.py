@@ -102,7 +102,11 @@ def relaxed_intervals(prob: cp.Problem, sources: list[NoiseSource], qs: QuerySet
     route = "tree GLS variances" if var is not None else "KKT factorisation"
     var = qs.Q @ var if var is not None else kkt.variances(qs.Q)
     b = None if lin.Ax is None else lin.b - (lin.N @ lin.a if lin.N is not None else 0.0)
-    z = kkt.estimate(lin.P @ lin.a + lin.data.y, b)
+    try:
+        z = kkt.estimate(lin.P @ lin.a + lin.data.y, b)
+    except ValueError:
+        raise NotLinear("without its inequalities the model leaves the estimate undetermined "
+                        "(the loss and the equalities do not fix every coordinate)") from None
     low, high = _query_range(qs.Q, lin.data.lower[lin.xcol], lin.data.upper[lin.xcol])
     return qs.Q @ z + qs.c, var, low + qs.c, high + qs.c, route
 

@@ -17,7 +17,7 @@ __all__ = ["plain_consistency"]
 
 # non-affine atoms of the consistency family's losses (their affine arguments are not read)
 _LOSS_ATOMS = {"norm1", "abs", "quad_over_lin", "power", "Pnorm", "AddExpression",
-               "MulExpression", "multiply", "Sum", "NegExpression", "DivExpression", "sum"}
+               "MulExpression", "multiply", "Sum", "NegExpression", "DivExpression"}
 _ATTRIBUTES_OK = {"nonneg", "bounds"}
 
 

@@ -154,3 +154,47 @@ def test_what_does_not_certify_falls_to_the_admm(monkeypatch):
     val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
     assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
     assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
+
+
+def test_dense_query_rows_assemble_by_the_sparse_product():
+    """A dense query matrix (every row reads every column): the row pairs would outnumber the
+    Newton matrix's entries n-fold, so H is assembled by the sparse product; same optimum,
+    certified duals."""
+    from cvxdp.solvers.consistency import ipm
+    rng = np.random.default_rng(8)
+    n = 70
+    W = rng.standard_normal((n, n))
+    xt = rng.poisson(3, n).astype(float)
+    y = W @ xt + rng.normal(0, 2, n)
+    x = cp.Variable(n)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(W @ x - y)), [x >= 0, cp.sum(x) == xt.sum()])
+    asm = ipm._Assembly(sp.csr_matrix(W), sp.csr_matrix(np.ones((1, n))))
+    assert asm.T is None
+    phi, Hx = rng.uniform(0.5, 2.0, n), rng.uniform(0.0, 1.0, n)
+    H = asm.h_matrix(asm.h_values(phi, Hx)).toarray()
+    np.testing.assert_allclose(H, W.T @ np.diag(phi) @ W + np.diag(Hx), rtol=1e-12, atol=1e-12)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == cp.OPTIMAL and es["info"]["route"] == ROUTES["l2"]
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref)) and es["duals_certified"]
+    lagrangian_check(prob, x, sp.csr_matrix(W), y, "l2")
+
+
+def test_row_pair_assembly_equals_the_product():
+    from cvxdp.solvers.consistency import ipm
+    rng = np.random.default_rng(9)
+    R = sp.random(40, 25, density=0.15, random_state=3, format="csr")
+    R = sp.vstack([R, sp.csr_matrix((np.r_[1.0, -1.0, 0.0], ([0, 0, 0], [1, 2, 3])), shape=(1, 25))]).tocsr()
+    A = sp.random(3, 25, density=0.3, random_state=4, format="csr")
+    asm = ipm._Assembly(R, A)
+    assert asm.T is not None
+    phi, Hx = rng.uniform(0.5, 2.0, R.shape[0]), rng.uniform(0.0, 1.0, 25)
+    H = asm.h_matrix(asm.h_values(phi, Hx)).toarray()
+    want = (R.T @ sp.diags(phi) @ R).toarray() + np.diag(Hx)
+    np.testing.assert_allclose(H, want, rtol=1e-12, atol=1e-12)
+    K = asm.kkt(asm.h_values(phi, Hx), 0.5).toarray()
+    np.testing.assert_allclose(K, sp.bmat([[-sp.csc_matrix(want), A.T], [A, 0.5 * sp.identity(3)]]).toarray(),
+                               atol=1e-12)
+    np.testing.assert_allclose(np.triu(K), asm.kkt(asm.h_values(phi, Hx), 0.5, upper=True).toarray(),
+                               atol=1e-12)
