@@ -85,11 +85,14 @@ def test_noise_free_consistent_data_is_returned(free):
 
 def test_steps_aside_where_a_cell_is_unmeasured():
     # the unmeasured triple overlaps the pairs in a cycle, so it is not eliminated
-    # (test_local_reduce) and its cells have no curvature
+    # (test_local_reduce) and its cells have no curvature: the proximal steps, which give
+    # every cell curvature, take it, and write certified duals
     inst = make(21, [2, 3, 2], [(0, 1), (1, 2), (0, 2), (0, 1, 2)], loss="l2", total=7.0,
                 unmeasured=(3,))
     check(inst, unique=False)
-    assert newton_info(inst) is None
+    info = inst.prob.solver_stats.extra_stats["info"]
+    assert info["route"] == "proximal dual Newton" and info["dual_newton"]["converged"]
+    assert info["duals_certified"]
 
 
 def test_unmeasured_pairs_are_eliminated_first_then_it_runs():

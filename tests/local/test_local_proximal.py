@@ -4,7 +4,7 @@ absolute (Laplace) rows on the local polytope.
 Each instance is checked against Clarabel by ``test_local_polytope.check`` (objective, lower
 bound, point, duals, KKT) and it is checked that the proximal method certified it; on random
 and degenerate clique structures, mixed absolute and squared rows, extreme scales and a warm
-start; where it does not apply (a free total, unmeasured cells) the ADMM solves alone.
+start; cells under no row (unmeasured cliques, zero weights) take it too.
 """
 from __future__ import annotations
 
@@ -56,13 +56,28 @@ def test_free_total(name):
     assert newton_info(inst)["converged"]
 
 
-def test_unmeasured_cells_take_the_admm():
-    """Not eligible: a clique without a measurement (cells with neither row) that cannot be
-    eliminated (its overlaps, the three pairs, form a cycle); the ADMM alone certifies."""
-    inst = make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2), (0, 1, 2)], loss="l1", noise=2.0,
+@pytest.mark.parametrize("loss", ["l1", "l2", "mixed"])
+def test_unmeasured_cells_take_the_proximal_steps(loss):
+    """A clique without a measurement (cells with neither row) that cannot be eliminated
+    (its overlaps, the three pairs, form a cycle): the proximal term is those cells' only
+    curvature; certified, with duals that pass the KKT check."""
+    inst = make(44, [2, 3, 2], [(0, 1), (1, 2), (0, 2), (0, 1, 2)], loss=loss, noise=2.0,
                 unmeasured=(3,))
     check(inst, unique=False)
-    assert newton_info(inst) is None
+    info = inst.prob.solver_stats.extra_stats["info"]
+    assert info["route"] == "proximal dual Newton" and newton_info(inst)["converged"]
+    assert info["duals_certified"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_zero_weight_cells_write_duals(seed):
+    """Squared rows with some weights zero (cells without curvature): the plain dual Newton
+    does not apply, the proximal steps do, and the multipliers certify the gap."""
+    inst = make(seed, [2, 3, 2], [(0, 1), (1, 2), (0, 2)], loss="l2", noise=2.0,
+                zero_frac=0.3)
+    check(inst, unique=False)
+    info = inst.prob.solver_stats.extra_stats["info"]
+    assert info["route"] == "proximal dual Newton" and info["duals_certified"]
 
 
 def test_an_eliminated_unmeasured_clique_leaves_it_eligible():
@@ -169,3 +184,25 @@ def test_root_next_to_a_plateau_of_elastic_net_sums(N):
     ours, bound = prob.value, prob.solver_stats.extra_stats["lower_bound"]
     ref = prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
     assert bound <= ref + 1e-9 and ours == pytest.approx(ref, rel=1e-7, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_weighted_kinks_take_the_best_subgradient(seed):
+    """Weighted absolute rows (``cp.multiply(w, mu - y)``, read as one-entry matrix rows)
+    beside squared ones: at a cell on its kink the written multiplier takes the subgradient
+    that the step's dual asks for, not ``sign(0) = 0``, so the duals certify."""
+    inst = make(100 + seed, [2, 3, 2], [(0, 1), (1, 2), (0, 2), (0, 1, 2)], loss="mixed",
+                noise=2.0)
+    check(inst, unique=False)
+    assert inst.prob.solver_stats.extra_stats["info"]["duals_certified"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_free_total_duals_have_a_bounded_lagrangian(seed):
+    """A free total: the gradient of a point certified to 1e-10 leaves a slope of about
+    -1e-7 along the cone, which would make the written multipliers' Lagrangian unbounded;
+    it is levelled on a clique under squared rows and the duals certify."""
+    inst = make(200 + seed, [2, 3, 2, 2], [(0, 1), (1, 2), (2, 3), (0, 3)], loss="l2",
+                total=None, noise=2.0)
+    check(inst, unique=False)
+    assert inst.prob.solver_stats.extra_stats["info"]["duals_certified"]
