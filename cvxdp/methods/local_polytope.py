@@ -66,7 +66,8 @@ class LocalPolytopeADMM:
         lp = ext.constraint
         data = LocalProblem(lp.graph, ext.loss, lp.known_total())
         solver_settings = LocalSettings(**settings.pick(
-            *STOPPING, "rho", "alpha", "adaptive_rho", "check_every", "polish", "dual_newton"))
+            *STOPPING, "rho", "alpha", "adaptive_rho", "check_every", "polish", "dual_newton",
+            "duals"))
         # like cvxpy: clearing a variable's value (x.value = None) asks for a cold start
         warm = settings.warm_start and all(v.value is not None for v in ext.variables)
         state = cached if warm and isinstance(cached, dict) else None

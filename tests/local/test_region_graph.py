@@ -298,6 +298,14 @@ def test_split_loss_adds_up(seed):
     for t in coupled.terms:
         nnz = np.diff(t.A.tocsr().indptr) if not isinstance(t.A, slice) else np.ones(t.b.size)
         assert t.kind == "l1" or np.all(nnz > 1)
+    # and is the row of the term ``origin`` names
+    assert len(coupled.origin) == len(coupled.terms)
+    x = rng.normal(0, 3, loss.n)
+    for t, (i, rows) in zip(coupled.terms, coupled.origin):
+        src = loss.terms[i]
+        assert src.kind == t.kind
+        np.testing.assert_allclose(t.apply(x), src.apply(x)[rows], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(t.w, src.w[rows])
 
 
 def test_split_loss_of_identity_rows_is_all_cells():

@@ -82,12 +82,14 @@ class CellLoss:
 
 def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
     """``(cells, coupled)``: the rows of ``loss`` that touch one cell, read as a
-    :class:`CellLoss`, and the other rows as a :class:`MarginalLoss` (module docstring)."""
+    :class:`CellLoss`, and the other rows as a :class:`MarginalLoss` (module docstring);
+    ``coupled.origin[j] = (i, rows)``: coupled term ``j`` is rows ``rows`` of term ``i``."""
     cells = CellLoss(loss.n)
     cells.K = loss.constant
     coupled: list[LossTerm] = []
     squared = []
-    for t in loss.terms:
+    origin: list[tuple[int, np.ndarray]] = []
+    for i, t in enumerate(loss.terms):
         if isinstance(t.A, slice) and (t.kind == "l2" or not np.any(cells.w[t.A] > 0)):
             # the identity on a slice (the common case): read without index arrays, which
             # cost O(n) per term (31 s for Adult's 364 three-way cliques)
@@ -134,13 +136,16 @@ def split_loss(loss: MarginalLoss) -> tuple[CellLoss, MarginalLoss]:
             A = (sp.identity(loss.n, format="csr")[idx[sub]] if isinstance(t.A, slice)
                  else t.A.tocsr()[sub])
             coupled.append(LossTerm(t.kind, A, y[sub], w[sub]))
+            origin.append((i, sub))
     cells.freeze()
     for idx, w, a, y in squared:            # r_i: the least value of the cell's squared rows
         if isinstance(idx, slice):
             cells.r[idx] += 0.5 * w * (cells.c[idx] - y) ** 2
         else:
             cells.r += np.bincount(idx, 0.5 * w * (a * cells.c[idx] - y) ** 2, minlength=loss.n)
-    return cells, MarginalLoss(coupled, loss.n, 0.0)
+    out = MarginalLoss(coupled, loss.n, 0.0)
+    out.origin = origin
+    return cells, out
 
 
 def _add_slice(cells: CellLoss, t: LossTerm, squared: list) -> None:

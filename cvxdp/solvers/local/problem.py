@@ -36,6 +36,7 @@ class LocalSettings:
     check_every: int = 10
     polish: bool = True
     dual_newton: bool = True              # semismooth Newton on the dual first, where it applies
+    duals: bool = True                    # multipliers wanted (iterations go on for them)
     verbose: bool = False
     callback: Callable[[dict], bool] | None = None
 
