@@ -18,6 +18,23 @@ from ..result import SolverResult, relative_gap
 
 __all__ = ["certifying_multipliers"]
 
+# an absolute row whose residual is below this (relative to ``1 + |b|``) is at its kink
+_KINK = 1e-6
+
+
+def _kinks_zeroed(loss: MarginalLoss, x: np.ndarray, lams: list) -> list:
+    """``lams`` with the subgradient 0 on absolute rows at their kink.  Mirror descent stays
+    in the polytope's interior, so a row the optimum puts at its kink keeps a residual of
+    rounding size whose sign picks ``+-w``: with answers that are consistent (no noise) the
+    bound of those signs missed ``eps_rel`` in 36 of the stress set's 100 solves, that of 0
+    (the loss's own minimum) closes it."""
+    out = []
+    for t, lam in zip(loss.terms, lams):
+        if t.kind == "l1":
+            lam = np.where(np.abs(t.apply(x)) <= _KINK * (1.0 + np.abs(t.b)), 0.0, lam)
+        out.append(lam)
+    return out
+
 
 def certifying_multipliers(loss: MarginalLoss, tree: JunctionTree, res: SolverResult,
                            total: float, eps_rel: float,
@@ -26,7 +43,7 @@ def certifying_multipliers(loss: MarginalLoss, tree: JunctionTree, res: SolverRe
     ``marginals == (the table's marginals)`` (flat, cliques stacked), or ``None``.
 
     ``lam`` is taken from the exact L1/mixed finish (its loss duals) or from the loss gradient
-    at the returned point, and kept only if its own bound certifies the returned loss ``f``:
+    at the returned point (absolute rows at their kink: ``sign`` or 0), and kept only if its own bound certifies the returned loss ``f``:
     the max-product bound ``min_{mu in M} <A^T lam, mu> - sum_t (lam_t^T b_t + phi_t^*(lam_t))``
     (McKenna et al. 2019, sec. 4) with the total fixed, or, with the total free, the same bound
     over the cone ``{N p : 0 <= N <= total_bound}`` (``c + min(0, m) total_bound``, see
@@ -35,7 +52,10 @@ def certifying_multipliers(loss: MarginalLoss, tree: JunctionTree, res: SolverRe
     candidates = []
     if res.duals.get("loss") is not None and res.duals["loss"].size:
         candidates.append(lams_of(loss, res.duals["loss"]))
-    candidates.append(loss.value_grad(res.x)[2])
+    grad = loss.value_grad(res.x)[2]
+    candidates.append(grad)
+    if any(t.kind == "l1" for t in loss.terms):
+        candidates.append(_kinks_zeroed(loss, res.x, grad))
     for lams in candidates:
         if total_bound is None:
             if not total > 0:
