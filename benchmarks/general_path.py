@@ -8,7 +8,8 @@ per column), ``E`` ``n / 20`` random sparse rows with ``E x = E x_true``, loss L
 solver=...)`` (whole calls, cvxpy's canonicalisation included for Clarabel).  Sizes at which
 Clarabel took more than 60 s are skipped for the larger ones of that kind.
 
-Per instance: cvxdp.ADMM time, Clarabel time, ratio, relative objective difference, status,
+Per instance: cvxdp.ADMM time, Clarabel time (each the fastest of up to 5 solves, repeated
+while they take under a second together), ratio, relative objective difference, status,
 route.  Usage: ``python benchmarks/general_path.py [--fast] [--sizes 100,300]
 [--losses l1,en,l2] [--bounds nonneg,box] [--time-limit 120]``
 """
@@ -26,6 +27,8 @@ import cvxdp
 SIZES = (100, 300, 1000, 3000, 10000)
 FAST_SIZES = (100, 300)
 CLARABEL_MAX = 60.0
+REPEATS = 5
+REPEAT_BELOW = 1.0
 
 
 def instance(n: int, loss: str, bounds: str, seed: int = 0) -> cp.Problem:
@@ -54,13 +57,23 @@ def instance(n: int, loss: str, bounds: str, seed: int = 0) -> cp.Problem:
     return cp.Problem(cp.Minimize(obj), cons)
 
 
-def timed(prob, **kw):
-    t = time.perf_counter()
-    try:
-        prob.solve(method="cvxdp", **kw)
-    except cp.SolverError as e:
-        return time.perf_counter() - t, None, f"error: {e}"[:40], ""
-    dt = time.perf_counter() - t
+def timed(make, **kw):
+    """The fastest of up to :data:`REPEATS` whole solves of fresh copies of the instance
+    (``make()`` builds one), repeated while they take under :data:`REPEAT_BELOW` seconds
+    together: one timing of a 10 ms solve varied by 2x between runs."""
+    best, spent = float("inf"), 0.0
+    for _ in range(REPEATS):
+        prob = make()
+        t = time.perf_counter()
+        try:
+            prob.solve(method="cvxdp", **kw)
+        except cp.SolverError as e:
+            return time.perf_counter() - t, None, f"error: {e}"[:40], ""
+        dt = time.perf_counter() - t
+        best, spent = min(best, dt), spent + dt
+        if spent > REPEAT_BELOW:
+            break
+    dt = best
     info = (prob.solver_stats.extra_stats or {}).get("info", {}) if prob.solver_stats else {}
     return dt, prob.value, prob.status, str(info.get("route", ""))
 
@@ -84,13 +97,13 @@ def main() -> None:
                 if too_slow:
                     print(f"{loss:4} {bounds:6} {n:6d}  skipped (Clarabel > {CLARABEL_MAX:.0f} s)")
                     continue
-                prob = instance(n, loss, bounds)
-                t_a, v_a, st, route = timed(prob, solver=cvxdp.ADMM, time_limit=args.time_limit)
+                def make():
+                    return instance(n, loss, bounds)
+                t_a, v_a, st, route = timed(make, solver=cvxdp.ADMM, time_limit=args.time_limit)
                 if args.no_clarabel:
                     t_c, v_c = float("nan"), float("nan")
                 else:
-                    prob = instance(n, loss, bounds)
-                    t_c, v_c, _, _ = timed(prob, solver=cp.CLARABEL)
+                    t_c, v_c, _, _ = timed(make, solver=cp.CLARABEL)
                     too_slow = t_c > CLARABEL_MAX
                 diff = (abs(v_a - v_c) / max(1.0, abs(v_c))
                         if v_a is not None and v_c is not None else float("nan"))

@@ -71,19 +71,23 @@ def run(data: ConsistencyData, s: ADMMSettings):
         return None, w
     if res.status == R.INFEASIBLE:
         return res
-    # the interior point's point is polished first (one sparse solve: exact multipliers,
-    # where its own miss the complementarity test at degenerate coordinates), its own
-    # multipliers are the second choice
-    pol = polish(data, res, s) if "ipm_active" in res.info else None
-    res.info.pop("ipm_active", None)
-    out = _certified(data, pol[0], pol[1], s) if pol is not None else None
-    if out is None:
-        out = _certified(data, res, w, s)
+    out = res if res.info.pop("finished", False) else _finish(data, res, w, s)
     if out is None:
         return None, res.x
     out.solve_time = time.perf_counter() - t0
     out.state = {}
     return out
+
+
+def _finish(data, res: SolverResult, w, s) -> SolverResult | None:
+    """The certified result of a route's point, or ``None``.  The interior point's point is
+    polished first (one sparse solve: exact multipliers, where its own miss the
+    complementarity test at degenerate coordinates), its own multipliers are the second
+    choice."""
+    pol = polish(data, res, s) if "ipm_active" in res.info else None
+    res.info.pop("ipm_active", None)
+    out = _certified(data, pol[0], pol[1], s) if pol is not None else None
+    return out if out is not None else _certified(data, res, w, s)
 
 
 def _infeasible(route: str, t0: float, how: str) -> SolverResult:
@@ -172,13 +176,25 @@ def solve_qp(data: ConsistencyData, s: ADMMSettings):
 
     t0 = time.perf_counter()
     deadline = t0 + s.time_limit if math.isfinite(s.time_limit) else math.inf
-    out = ipm_qp(data, deadline, verbose=bool(s.verbose))
+    finished: list[SolverResult] = []
+
+    def as_result(out) -> SolverResult:
+        res = _result(data, out.x, out.duals, R.OPTIMAL, ROUTE_QP, out.iterations, t0)
+        res.info["ipm_accuracy"] = out.accuracy
+        res.info["ipm_active"] = out
+        return res
+
+    def accept(out) -> bool:            # an early iterate that polishes and certifies ends it
+        done = _finish(data, as_result(out), out.w, s)
+        if done is not None:
+            done.info["finished"] = True
+            finished.append(done)
+        return done is not None
+
+    out = ipm_qp(data, deadline, verbose=bool(s.verbose), accept=accept)
     if out is None:
         return None, None
-    res = _result(data, out.x, out.duals, R.OPTIMAL, ROUTE_QP, out.iterations, t0)
-    res.info["ipm_accuracy"] = out.accuracy
-    res.info["ipm_active"] = out
-    return res, out.w
+    return (finished[0], out.w) if finished else (as_result(out), out.w)
 
 
 def polish(data: ConsistencyData, res: SolverResult, s: ADMMSettings):
