@@ -41,7 +41,7 @@ from dataclasses import replace
 import numpy as np
 import scipy.sparse as sp
 
-from . import fixings
+from . import fixings, singletons
 from . import general_exact
 from . import histogram_tree
 from . import isotonic_l1
@@ -98,8 +98,9 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
     if not data.has_chains and data.tree_queries() is not None:
         return _solve_lifted(data, settings, x0, state)
     fixed = fixings.find(data)
-    if fixed is not None:              # rows fixing one coordinate beside a forest: bounds
-        return fixings.solve(data, fixed, settings, x0, state, solve)
+    if fixed is not None:              # rows fixing one coordinate beside a forest
+        res = singletons.solve(data, settings, x0, state, solve)    # substituted out, or
+        return res if res is not None else fixings.solve(data, fixed, settings, x0, state, solve)
     if general_exact.applies(data, settings):
         # off the tree / separable structures: the LP (HiGHS) or the interior point, certified
         # the same way; what does not certify falls to the ADMM, started from its point
