@@ -62,6 +62,15 @@ def admm_general(cells, loss):
     return cp.Problem(cp.Minimize(_loss(loss, y, z)), [Q @ z == Q @ counts, z >= 0])
 
 
+def admm_order(n, loss):
+    """A degree sequence: non-increasing counts (one order chain), ``0 <= x <= n``."""
+    rng = np.random.default_rng(5)
+    deg = np.sort(np.floor(rng.pareto(1.2, n) * 3))[::-1]
+    y = cvxdp.mechanisms.laplace(sp.identity(n, format="csr"), deg, epsilon=0.5, rng=6)
+    x = cp.Variable(n)
+    return cp.Problem(cp.Minimize(_loss(loss, y, x)), [x[1:] <= x[:-1], x >= 0, x <= n])
+
+
 def general_exact(n, loss):
     """Any loss matrix (identity on sparse random 0/1 rows), random equality rows, ``x >= 0``:
     the LP / interior-point route (``benchmarks/general_path.py``'s instances)."""
@@ -120,6 +129,7 @@ FAMILIES = {
     "admm_tree": (admm_tree, [2 ** 6, 2 ** 8, 2 ** 10, 2 ** 12, 2 ** 14], cvxdp.ADMM,
                   ("l1", "l2", "mixed")),
     "admm_general": (admm_general, [64, 256, 1024, 4096, 16384, 32768], cvxdp.ADMM, ("l1", "l2", "mixed")),
+    "admm_order": (admm_order, [100, 400, 1600, 6400, 25600], cvxdp.ADMM, ("l2", "mixed")),
     "general_exact": (general_exact, [100, 300, 1000, 3000], cvxdp.ADMM, ("l1", "l2", "mixed")),
     "histogram_tree": (histogram_tree, [50, 200, 1000, 4000], cvxdp.ADMM, ("l1", "l2")),
     "marginal_polytope": (marginal_polytope, [125, 1000, 8000, 27000, 125000], cvxdp.MIRROR_DESCENT,

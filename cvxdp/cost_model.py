@@ -25,7 +25,7 @@ from .methods.base import Recognised
 from .methods.registry import FAMILIES, method_for
 
 __all__ = ["Choice", "choose", "quick", "size_of", "standard_options", "estimates", "small_limit",
-           "FITS", "MARGIN", "STANDARD", "SMALL"]
+           "FITS", "MARGIN", "STANDARD", "SMALL", "SMALL_SEPARABLE", "RECOGNITION"]
 
 #: family/loss -> (a, b) of ``log t = a + b log size`` (seconds, whole ``prob.solve`` calls)
 #: for the cvxdp method, then (c, d) for Clarabel, measured on a 2-core machine
@@ -39,15 +39,20 @@ FITS: dict[str, tuple] = {
     "admm_general/l1": (-4.519, 0.291, -9.5, 0.872),
     "admm_general/l2": (-5.918, 0.5, -9.436, 0.852),
     "admm_general/mixed": (-5.081, 0.388, -9.258, 0.895),
+    # order chains without equalities (PAVA in the splitting; L1 alone is exact_isotonic):
+    # calibrated on degree sequences, 2026-12-06
+    "admm_order/l2": (-6.646, 0.466, -9.744, 0.938),
+    "admm_order/mixed": (-7.402, 0.661, -10.898, 1.207),
     # any loss matrix (not separable, no tree): the LP (HiGHS) / the interior point.  Its
     # times are not a straight line in log-log (the interior point's factorisation switches
-    # from sparse to dense), so the measured points themselves (size, cvxdp, Clarabel), 2026-12-06
-    "general_exact/l1": ((100, 0.0113, 0.0073), (300, 0.0278, 0.0798), (1000, 0.1312, 0.5669),
-                         (3000, 0.7662, 4.0173)),
-    "general_exact/l2": ((100, 0.0141, 0.0061), (300, 0.0512, 0.0621), (1000, 0.2606, 0.2886),
-                         (3000, 3.3894, 2.1382)),
-    "general_exact/mixed": ((100, 0.0169, 0.0103), (300, 0.0504, 0.1223), (1000, 0.3323, 0.5241),
-                            (3000, 5.0482, 2.8879)),
+    # from sparse to dense), so the measured points themselves (size, cvxdp, Clarabel);
+    # remeasured 2026-12-06 after the dense solves' rework
+    "general_exact/l1": ((100, 0.0113, 0.0102), (300, 0.0274, 0.0866), (1000, 0.1261, 0.5689),
+                         (3000, 0.6953, 4.4006)),
+    "general_exact/l2": ((100, 0.0154, 0.0066), (300, 0.0582, 0.0615), (1000, 0.1563, 0.2607),
+                         (3000, 2.5629, 1.78)),
+    "general_exact/mixed": ((100, 0.0177, 0.0103), (300, 0.0509, 0.131), (1000, 0.1796, 0.4587),
+                            (3000, 3.1956, 2.7457)),
     "histogram_tree/l1": (-6.085, 0.522, -12.336, 1.16),
     "histogram_tree/l2": (-8.557, 0.523, -11.784, 1.07),
     "marginal_polytope/l1": (-4.487, 0.192, -8.291, 0.711),
@@ -61,8 +66,14 @@ EXACT = ("exact_isotonic", "exact_gls")
 #: what ``cvxdp.ADMM`` says of a problem before recognising it (its bounds, equalities and
 #: loss atoms only: one of the consistency family's iterative kinds, which one unknown)
 SMALL = "consistency_small"
-#: the families :data:`SMALL` stands for
-_CONSISTENCY = ("admm_tree/", "admm_general/", "general_exact/", "histogram_tree/")
+#: ... and of one whose losses read the variables entrywise (not the general path)
+SMALL_SEPARABLE = "consistency_small_separable"
+#: the families :data:`SMALL` stands for (:data:`SMALL_SEPARABLE`: all but the general path)
+_CONSISTENCY = ("admm_tree/", "admm_general/", "admm_order/", "general_exact/", "histogram_tree/")
+#: seconds that recognising a small consistency model costs before either solver runs (1.5-2
+#: ms measured at 100-400 unknowns): handing it over unrecognised wins unless the method is
+#: expected faster by more than this
+RECOGNITION = 0.0015
 #: the cvxdp method must be expected this much slower before a standard solver is chosen
 #: (1: whichever is expected faster; near the crossover both take about the same time)
 MARGIN = 1.0
@@ -127,23 +138,26 @@ def estimates(family: str, size: float) -> tuple[float, float]:
     return math.exp(a + b * logn), math.exp(c + d * logn)
 
 
-def small_limit() -> float:
-    """The unknowns below which the standard solver is expected faster on *every* family of
-    :data:`_CONSISTENCY`: the smallest size (on a grid of ratio 1.1 from 64, the smallest
-    calibrated size, to 10^5) at which one of them expects the cvxdp method no slower (``0``
-    when one does at 64; below the calibrated sizes the standard solver's lead only grows)."""
-    families = [key for key in FITS if key.startswith(_CONSISTENCY)]
+def small_limit(separable: bool = False, overhead: float = RECOGNITION) -> float:
+    """The unknowns below which handing a consistency model to the standard solver
+    unrecognised is expected no slower on *every* family of :data:`_CONSISTENCY` (but the
+    general path if ``separable``): the smallest size (on a grid of ratio 1.1 from 64, the
+    smallest calibrated size, to 10^5) at which one of them expects the cvxdp method faster
+    by ``overhead`` seconds, the recognition the hand-over saves (``0`` when one does at 64;
+    below the calibrated sizes the standard solver's lead only grows)."""
+    families = [key for key in FITS if key.startswith(_CONSISTENCY)
+                and not (separable and key.startswith("general_exact/"))]
     n = 64.0
     while n < 1e5:
-        if any(t_c <= t_s for t_c, t_s in (estimates(f, n) for f in families)):
+        if any(t_c + overhead <= t_s for t_c, t_s in (estimates(f, n) for f in families)):
             return 0.0 if n == 64.0 else n
         n *= 1.1
     return n
 
 
 def _choose(method_name: str, family: str, size: int, pinned: str | None) -> Choice:
-    if family == SMALL:
-        limit = small_limit()
+    if family in (SMALL, SMALL_SEPARABLE):
+        limit = small_limit(separable=family == SMALL_SEPARABLE)
         if size < limit and not pinned:
             return Choice(STANDARD, family, size, math.nan, math.nan,
                           f"{size:,} unknowns, a consistency model: {STANDARD} expected faster "

@@ -29,7 +29,7 @@ def tree_problem(n_leaves=16, seed=0):
 def fits(monkeypatch):
     """Replace the fits of one family: ``force(family, standard_faster)`` (and keep small
     consistency models to recognition, so that the forced family decides)."""
-    monkeypatch.setattr(cost_model, "small_limit", lambda: 0.0)
+    monkeypatch.setattr(cost_model, "small_limit", lambda *a, **k: 0.0)
 
     def force(family, standard_faster):
         slow, fast = (0.0, 1.0), (-20.0, 0.1)
@@ -126,7 +126,7 @@ def test_verbose_says_what_was_chosen_and_why(fits, caplog):
 
 
 @pytest.mark.parametrize("make, family", [
-    (lambda: tree_problem(128), "admm_tree/l1"),
+    (lambda: tree_problem(512), "admm_tree/l1"),
     (lambda: _marginal(cvxdp.MarginalPolytope, "l2"), "marginal_polytope/l2"),
     (lambda: _marginal(cvxdp.LocalPolytope, "l1"), "local_polytope/l1"),
     (lambda: cvxdp.fitness_problem(cvxdp.workloads.prefix(4), np.ones(4)).problem, "newton_cg"),
@@ -311,8 +311,25 @@ def test_plain_consistency_reads_the_shape_only():
         assert not plain_consistency(prob), name
 
 
+def test_entrywise_losses_are_told_apart_from_loss_matrices():
+    from cvxdp.recognise.shape import entrywise_losses
+    rng = np.random.default_rng(6)
+    y, w = rng.normal(size=6), rng.uniform(1, 2, 6)
+    x, z = cp.Variable(6), cp.Variable(3)
+    r = x - y
+    yes = [cp.norm1(x - y), 2 * cp.sum_squares(x - y) / 3, 0.9 * cp.norm1(r) + 0.1 * cp.sum_squares(r),
+           cp.sum(cp.abs(cp.multiply(w, x - y))), cp.norm1(x[:3] - 1) + cp.sum_squares(z - 2),
+           cp.norm1(-(y - x))]
+    no = [cp.norm1(np.ones((2, 6)) @ x - 1), cp.norm1(x - y) + cp.sum_squares(x - 2 * y),
+          cp.norm1(x[:3] - 1) + cp.norm1(x[3:] - 2), cp.sum_squares(cp.sum(x) - 4)]
+    for obj in yes:
+        assert entrywise_losses(cp.Problem(cp.Minimize(obj), [x >= 0])), obj
+    for obj in no:
+        assert not entrywise_losses(cp.Problem(cp.Minimize(obj), [x >= 0])), obj
+
+
 def test_small_consistency_models_go_to_clarabel_before_recognition(monkeypatch):
-    monkeypatch.setattr(cost_model, "small_limit", lambda: 1e9)
+    monkeypatch.setattr(cost_model, "small_limit", lambda *a, **k: 1e9)
 
     def refuse(problem):
         raise AssertionError("recognised although the shape decided")
@@ -321,17 +338,19 @@ def test_small_consistency_models_go_to_clarabel_before_recognition(monkeypatch)
     prob.solve(method="cvxdp")
     choice = prob.solver_stats.extra_stats["choice"]
     assert prob.status == cp.OPTIMAL and choice["solver"] == cp.CLARABEL
-    assert choice["family"] == cost_model.SMALL and "consistency" in choice["reason"]
+    assert choice["family"] in (cost_model.SMALL, cost_model.SMALL_SEPARABLE)
+    assert "consistency" in choice["reason"]
     monkeypatch.undo()
     # a method's own option keeps the method; below the limit recognition decides as before
-    monkeypatch.setattr(cost_model, "small_limit", lambda: 1e9)
+    monkeypatch.setattr(cost_model, "small_limit", lambda *a, **k: 1e9)
     prob = tree_problem(8)
     prob.solve(method="cvxdp", rho=1.0)
     assert prob.solver_stats.solver_name == cvxdp.ADMM
-    monkeypatch.setattr(cost_model, "small_limit", lambda: 0.0)
+    monkeypatch.setattr(cost_model, "small_limit", lambda *a, **k: 0.0)
     prob = tree_problem(8)
     prob.solve(method="cvxdp")
-    assert prob.solver_stats.extra_stats["choice"]["family"] != cost_model.SMALL
+    assert prob.solver_stats.extra_stats["choice"]["family"] not in (cost_model.SMALL,
+                                                                   cost_model.SMALL_SEPARABLE)
 
 
 def test_the_small_limit_is_the_smallest_crossover(monkeypatch):
@@ -339,10 +358,17 @@ def test_the_small_limit_is_the_smallest_crossover(monkeypatch):
         if key.startswith(("admm_", "general_exact", "histogram_tree")):
             monkeypatch.setitem(cost_model.FITS, key, (0.0, 0.5, -6.0, 1.5))   # crossover e^6
     monkeypatch.setitem(cost_model.FITS, "admm_tree/l2", (0.0, 0.5, -5.0, 1.5))  # e^5, first
-    assert cost_model.small_limit() == pytest.approx(math.exp(5.0), rel=0.1)
-    assert cost_model.small_limit() >= math.exp(5.0)
+    assert cost_model.small_limit(overhead=0.0) == pytest.approx(math.exp(5.0), rel=0.1)
+    assert cost_model.small_limit(overhead=0.0) >= math.exp(5.0)
+    # the recognition the hand-over saves moves the limit up: t_c + overhead <= t_s
+    assert cost_model.small_limit(overhead=1.0) > cost_model.small_limit(overhead=0.0)
     monkeypatch.setitem(cost_model.FITS, "admm_tree/l2", (-9.0, 0.5, -4.0, 1.5))
-    assert cost_model.small_limit() == 0.0
+    assert cost_model.small_limit(overhead=0.0) == 0.0
+    # a model whose losses read entrywise cannot take the general path: its fits do not count
+    monkeypatch.setitem(cost_model.FITS, "admm_tree/l2", (0.0, 0.5, -6.0, 1.5))
+    monkeypatch.setitem(cost_model.FITS, "general_exact/l1", (0.0, 0.5, -5.0, 1.5))
+    assert cost_model.small_limit(overhead=0.0) == pytest.approx(math.exp(5.0), rel=0.1)
+    assert cost_model.small_limit(True, overhead=0.0) == pytest.approx(math.exp(6.0), rel=0.1)
     # measured points are interpolated in log-log
     monkeypatch.setitem(cost_model.FITS, "general_exact/l2", ((100, 0.01, 0.02), (1000, 1.0, 0.2)))
     t_c, t_s = cost_model.estimates("general_exact/l2", 10 ** 2.5)

@@ -35,7 +35,7 @@ from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..names import ADMM
 from ..recognise.consistency import Extraction, recognise
-from ..recognise.shape import plain_consistency
+from ..recognise.shape import entrywise_losses, plain_consistency
 from .base import Outcome
 from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
 from .options import STOPPING, Option, OptionSet, Settings
@@ -100,10 +100,14 @@ class ConsistencyADMM:
     def cost_before_recognition(self, problem: cp.Problem) -> tuple[str, int] | None:
         """``("consistency_small", unknowns)`` for a problem that can only be one of this
         family's iterative kinds (:func:`cvxdp.recognise.shape.plain_consistency`), so that
-        the cost model may hand a small one to the standard solver without recognising it."""
+        the cost model may hand a small one to the standard solver without recognising it;
+        ``"consistency_small_separable"`` when its losses read the variables entrywise
+        (:func:`~cvxdp.recognise.shape.entrywise_losses`: not the general path)."""
         n = sum(v.size for v in problem.variables())
         if n > _SMALL_SCAN or not plain_consistency(problem):
             return None
+        if entrywise_losses(problem):
+            return "consistency_small_separable", int(n)
         return "consistency_small", int(n)
 
     def solve(self, problem: cp.Problem, ext: Extraction, settings: Settings, *,
@@ -162,6 +166,8 @@ def _cost_family(data) -> str:
         return f"admm_tree/{loss}"
     if general_exact.applies(data, admm_solver.ADMMSettings()):
         return f"general_exact/{loss}"           # the LP (HiGHS) or the interior point
+    if data.has_chains and not data.has_eq:
+        return f"admm_order/{loss}"              # order chains: PAVA in the splitting
     return f"admm_general/{loss}"
 
 

@@ -13,7 +13,7 @@ import cvxpy as cp
 from cvxpy.atoms.affine.index import index, special_index
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
-__all__ = ["plain_consistency"]
+__all__ = ["plain_consistency", "entrywise_losses"]
 
 # non-affine atoms of the consistency family's losses (their affine arguments are not read)
 _LOSS_ATOMS = {"norm1", "abs", "quad_over_lin", "power", "Pnorm", "AddExpression",
@@ -41,6 +41,50 @@ def plain_consistency(problem: cp.Problem) -> bool:
                   if v.attributes.get("nonneg") or v.attributes.get("bounds") is not None)
     l1 = _loss_atoms(problem.objective.expr)
     return l1 is not None and (bounds > 0 or l1)
+
+
+def entrywise_losses(problem: cp.Problem) -> bool:
+    """``True`` when every loss reads its variables entrywise (``x - y``, a slice, a scalar or
+    elementwise constant times them; no matrix product) and no variable is read by two
+    different loss arguments (``0.9 norm1(r) + 0.1 sum_squares(r)`` reads one ``r``): the
+    loss is then separable, one row per coordinate, and the general path (a loss matrix) is
+    not the one the problem takes."""
+    args: dict[int, set[int]] = {}
+    if not _collect_args(problem.objective.expr, args):
+        return False
+    return all(len(ids) == 1 for ids in args.values())
+
+
+def _collect_args(expr, args: dict) -> bool:
+    """The affine arguments of the loss atoms, by variable; ``False`` if one is not entrywise."""
+    if expr.is_affine():
+        return not expr.variables()
+    name = type(expr).__name__
+    if name in ("norm1", "abs", "quad_over_lin", "power", "Pnorm"):
+        arg = expr.args[0]
+        if not _entrywise(arg):
+            return False
+        for v in arg.variables():
+            args.setdefault(v.id, set()).add(id(arg))
+        return True
+    return all(_collect_args(a, args) for a in expr.args)
+
+
+def _entrywise(expr) -> bool:
+    if not expr.variables() or isinstance(expr, cp.Variable):
+        return True
+    name = type(expr).__name__
+    if isinstance(expr, (index, special_index)):
+        return isinstance(expr.args[0], cp.Variable)
+    if name in ("AddExpression", "NegExpression"):
+        return all(_entrywise(a) for a in expr.args)
+    if name in ("multiply", "MulExpression", "DivExpression"):
+        const = [a for a in expr.args if not a.variables()]
+        var = [a for a in expr.args if a.variables()]
+        if len(var) != 1 or (name == "DivExpression" and expr.args[0] is not var[0]):
+            return False
+        return (name == "multiply" or const[0].is_scalar()) and _entrywise(var[0])
+    return False
 
 
 def _is_bound(c) -> bool:

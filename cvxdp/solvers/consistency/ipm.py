@@ -77,8 +77,10 @@ _DUAL_REG = 1e-10
 _QDLDL_MAX = 2000
 # ... LAPACK's dense Cholesky of the n x n block (and of A's Schur complement) up to this n:
 # random 0/1 rows fill the sparse factor to ~40 % anyway (n = 3000: SuperLU 3 s, QDLDL 5.6 s,
-# one-thread dense Cholesky 0.5 s, measured on the loaded 2-core machine)
-_DENSE_MAX = 4500
+# one-thread dense Cholesky 0.5 s, measured on the loaded 2-core machine; n = 10,000: SuperLU
+# 22.7 s a factorisation, 45 % of the dense fill, dense 4.8 s; the buffer is 8 n^2 bytes,
+# 1.15 GB here)
+_DENSE_MAX = 12_000
 # ... and below _QDLDL_MAX too when the first sparse factorisation shows this much work
 # (multiply-adds) and at least this fraction of a dense one's
 _DENSE_FLOPS = 5e7
