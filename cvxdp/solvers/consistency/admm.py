@@ -56,6 +56,7 @@ from .problem import ADMMSettings, ADMMState, ConsistencyData
 from .separable import SeparableADMM
 from .splitting import Candidate, Splitting
 from ..result import SolverResult, relative_gap
+from ..tree.forest import ancestor_sums
 
 __all__ = ["ConsistencyData", "ADMMSettings", "solve", "ADMMState"]
 
@@ -194,8 +195,6 @@ def _node_space(data: ConsistencyData) -> tuple[ConsistencyData, int]:
 def _to_leaf_space(data: ConsistencyData, nd: ConsistencyData, n_cons: int, res: SolverResult):
     """Map the node-space result to the leaves (in place); returns the loss multipliers
     ``w`` of the user's rows when the node-space duals give them."""
-    from ..tree.forest import ancestor_sums
-
     tq = data.tree_queries()
     x = res.x[tq.leaf_node]
     duals = res.duals or {}

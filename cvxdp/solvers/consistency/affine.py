@@ -21,7 +21,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .._linalg import norm as _norm
-from ..tree.forest import Forest, TreeLSQ
+from ..tree.forest import Forest, TreeLSQ, forest_from_rows
 
 __all__ = ["AffineProjector", "ForestProjector", "make_projector"]
 
@@ -149,8 +149,6 @@ def make_projector(A: sp.spmatrix, b: np.ndarray, forest_hint=None, *, found=Fal
     :class:`AffineProjector`.  ``forest_hint`` = ``(forest, row_parent, row_scale)``
     skips the pattern search when the caller already knows the forest; ``found``, when
     given, is that search's result (:meth:`ConsistencyData.forest_rows`)."""
-    from ..tree.forest import forest_from_rows
-
     b = np.asarray(b, dtype=float)
     if forest_hint is not None:
         forest, row_parent, row_scale = forest_hint

@@ -31,9 +31,11 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.optimize import linprog
 
 from .. import result as R
 from .certify import certify
+from .ipm import polish as ipm_polish, solve_qp as ipm_qp
 from .kkt import exact_dual_point, has_chains, has_eq, lagrangian_bound, order_matrix, split_order
 from .lp import constraints_feasible
 from .problem import ADMMSettings, ConsistencyData
@@ -117,8 +119,6 @@ def _loss_rows(data: ConsistencyData, keep: np.ndarray):
 
 def solve_lp(data: ConsistencyData, s: ADMMSettings):
     """``min sum w1 |M x - y|`` under the constraints as an LP (HiGHS)."""
-    from scipy.optimize import linprog
-
     t0 = time.perf_counter()
     n = data.n
     rows = np.flatnonzero(data.w1 > 0)
@@ -172,8 +172,6 @@ def solve_lp(data: ConsistencyData, s: ADMMSettings):
 
 def solve_qp(data: ConsistencyData, s: ADMMSettings):
     """Squared / elastic-net rows: the interior point of :mod:`.ipm`."""
-    from .ipm import solve_qp as ipm_qp
-
     t0 = time.perf_counter()
     deadline = t0 + s.time_limit if math.isfinite(s.time_limit) else math.inf
     finished: list[SolverResult] = []
@@ -201,8 +199,6 @@ def polish(data: ConsistencyData, res: SolverResult, s: ADMMSettings):
     """The interior point's near-degenerate coordinates (both slacks ~ sqrt(mu)) can leave a
     point whose multipliers miss the complementarity test at ``eps_abs``: the exact solution
     on the active set it points at (:func:`.ipm.polish`).  ``(result, w)`` or ``None``."""
-    from .ipm import polish as ipm_polish
-
     act = res.info.get("ipm_active")
     if act is None:
         return None

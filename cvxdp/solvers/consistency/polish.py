@@ -28,7 +28,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg as la
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 
 from .duals import forest_dual, separable_dual_value, separable_multipliers, subdifferential_box
 from .affine import AffineProjector, ForestProjector
@@ -415,8 +417,6 @@ def polish_general(p: GeneralPoint) -> PolishResult:
 def _general_kkt_solve(p: GeneralPoint, act: _ActiveSet):
     """``(x, equality residual)`` of the QP above for the active set ``act``, or
     ``(None, inf)`` when its KKT system is singular."""
-    import scipy.linalg as la
-    import scipy.sparse.linalg as spla
 
     d = p.data
     M = d.M.tocsr()               # the loss rows only (the penalty split appends A)
@@ -453,7 +453,6 @@ def _certify_general(p: GeneralPoint, x: np.ndarray, act: _ActiveSet, rounds: in
     """Objective at the clipped ``x`` and exact multipliers (``delta = 0``):
     ``u_i = sigma w1 + w2 r`` off the zero rows ``R0``; ``(u_R0, y_A)`` by least squares
     so that ``M_F^T u + A_F^T y_A = 0``; the rest is the bounds' share."""
-    import scipy.sparse.linalg as spla
 
     d = p.data
     M = d.M.tocsr()
