@@ -206,3 +206,25 @@ def test_free_total_duals_have_a_bounded_lagrangian(seed):
                 total=None, noise=2.0)
     check(inst, unique=False)
     assert inst.prob.solver_stats.extra_stats["info"]["duals_certified"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_proximal_points_pursued_until_the_multipliers_certify(seed):
+    """Squared rows with an unmeasured clique: a proximal point's gradient pairs with its own
+    proximal problem's multiplier, so the certified gap (1e-12) left the linearised bound
+    ~1e-6 short; the steps go on until the multipliers certify."""
+    inst = make(300 + seed, [2, 3, 2], [(0, 1), (1, 2), (0, 2), (0, 1, 2)], loss="l2",
+                noise=2.0, unmeasured=(3,))
+    check(inst, unique=False)
+    info = inst.prob.solver_stats.extra_stats["info"]
+    assert info["route"] == "proximal dual Newton" and info["duals_certified"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_free_total_levelled_through_absolute_rows(seed):
+    """A free total under absolute rows only: the cone slope is raised through the duals of
+    one-cell absolute rows with room in ``[-w, w]`` (no squared row to shift)."""
+    inst = make(400 + seed, [2, 3, 2, 2], [(0, 1), (1, 2), (2, 3), (0, 3)], loss="l1",
+                total=None, noise=2.0)
+    check(inst, unique=False)
+    assert inst.prob.solver_stats.extra_stats["info"]["duals_certified"]
