@@ -168,16 +168,22 @@ class _Assembly:
                                        shape=(uniq.size, R.shape[0]))
         # the KKT pattern, built once from markers saying which slot holds what: H's entry k
         # as k + 1, A's entry j (in both blocks) as -(3 + j), the dual regularisation as -2
-        Hm = sp.csc_matrix((np.arange(1.0, uniq.size + 1), self.h_indices, self.h_indptr), shape=(n, n))
+        # (the whole matrix for SuperLU only, built when first asked: QDLDL reads the upper
+        # triangle, [triu(H) A^T; 0 d I], and the dense path neither)
         self._A = sp.csr_matrix(A)
-        if p:
-            Am = sp.csr_matrix((-(3.0 + np.arange(self._A.nnz)), self._A.indices, self._A.indptr),
-                               shape=A.shape)
-            marker = sp.bmat([[Hm, Am.T], [Am, -2.0 * sp.identity(p)]], format="csc")
-        else:
-            marker = Hm.copy()
-        self._slots = {False: self._slots_of(marker),
-                       True: self._slots_of(sp.triu(marker, format="csc"))}
+        self._Hm = sp.csc_matrix((np.arange(1.0, uniq.size + 1), self.h_indices, self.h_indptr),
+                                 shape=(n, n))
+        self._slots: dict = {}
+
+    def _marker(self, upper: bool) -> sp.csc_matrix:
+        Hm, p = self._Hm, self.p
+        if upper:
+            Hm = sp.triu(Hm, format="csc")
+        if not p:
+            return Hm.copy()
+        Am = sp.csr_matrix((-(3.0 + np.arange(self._A.nnz)), self._A.indices, self._A.indptr),
+                           shape=self._A.shape)
+        return sp.bmat([[Hm, Am.T], [None if upper else Am, -2.0 * sp.identity(p)]], format="csc")
 
     def _slots_of(self, marker: sp.csc_matrix) -> tuple:
         marker.sort_indices()
@@ -208,6 +214,8 @@ class _Assembly:
 
     def kkt(self, hdata: np.ndarray, dreg: float, upper: bool = False) -> sp.csc_matrix:
         """``[-H  A^T; A  d I]`` with ``H.data = hdata``; its upper triangle if ``upper``."""
+        if upper not in self._slots:
+            self._slots[upper] = self._slots_of(self._marker(upper))
         indptr, indices, from_h, h_of, at_dreg, base = self._slots[upper]
         data = base.copy()
         data[from_h] = -hdata[h_of]
