@@ -137,7 +137,7 @@ class ConsistencyADMM:
             if key in res.info:
                 info["infeasibility_certificate" if key == "certificate" else key] = res.info[key]
         present = res.status in SOLUTION_PRESENT and res.x is not None
-        certified = present and bool(res.duals) and res.info.get("duals_certified", True)
+        certified = present and bool(res.duals) and res.info.get("duals_certified", False)
         return Outcome(status=res.status, primal=unstack(res.x, ext) if present else {},
                        objective=res.objective, iterations=res.iterations,
                        solve_time=res.solve_time, setup_time=res.setup_time,

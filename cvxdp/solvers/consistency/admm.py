@@ -95,6 +95,10 @@ def solve(data: ConsistencyData, settings: ADMMSettings | None = None,
                                    time_limit=settings.time_limit, verbose=settings.verbose,
                                    callback=settings.callback)
         if res is not None:
+            if res.status == R.OPTIMAL and settings.duals and not res.info["duals_certified"]:
+                # multipliers the tree route does not read off (invariants): the family's
+                # certificate looks for exact ones (an LP on the active sets) at its point
+                res = certify(data, res, settings, None)
             return res
     if isotonic_l1.applies(data):
         res = isotonic_l1.solve(data, settings)

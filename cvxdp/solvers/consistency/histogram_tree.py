@@ -322,7 +322,12 @@ def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: fl
         res = _solve_squared(tree, settings)
     except ValueError:           # a leaf not determined, or invariants it cannot meet
         return None
+    # (with invariants no multipliers are read off here: none are written unless the
+    # family's certificate finds them, never the run's partial ones, which mapped to zeros)
+    res.info["duals_certified"] = False
+    duals_of_run, res.duals = res.duals, {}
     if not tree.invariants and res.status == R.OPTIMAL:
+        res.duals = duals_of_run
         if tree.nonneg:
             lam = np.zeros((tree.n_units, tree.k))
             lam[tree.forest.leaves] = res.duals.get("nonneg", 0.0)
@@ -331,8 +336,7 @@ def solve(tree: HistogramTree, *, eps_rel: float, max_iters: int, time_limit: fl
             duals, ok = _multipliers(tree, res.x.reshape((tree.n_units, tree.k), order="F"),
                                      None)
         res.info["duals_certified"] = ok
-        if ok:
-            res.duals = duals
+        res.duals = duals if ok else {}
     res.primal_residual = 0.0
     return res
 
@@ -371,8 +375,9 @@ def _solve_l1(tree: HistogramTree, settings: NonnegSettings) -> R.SolverResult:
         lam[f.leaves] = np.maximum(leaf_sums(f, g, f.leaves), 0.0)
         duals, ok = _multipliers_of_gradient(tree, g, lam)
         res.info["duals_certified"] = ok
-        if ok:
-            res.duals = duals
+        res.duals = duals if ok else {}
+    else:
+        res.duals = {}
     return res
 
 
