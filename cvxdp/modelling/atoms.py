@@ -67,8 +67,14 @@ class QueryVariance(ConvexAtom):
         return [self.L]
 
     def numeric(self, values):
+        """The variances; ``+inf`` each where ``X`` is not numerically positive definite
+        (outside the atom's domain: its convex extension, as a standard solver's inaccurate
+        ``X`` may be, rather than LAPACK's error from ``.value``)."""
         X = np.asarray(values[0], dtype=float)
-        c = la.cho_factor((X + X.T) / 2, lower=True)
+        try:
+            c = la.cho_factor((X + X.T) / 2, lower=True)
+        except la.LinAlgError:
+            return np.full(self.L.shape[0], np.inf)
         Z = la.cho_solve(c, self.L.T)
         return np.einsum("ij,ji->i", self.L, Z)
 

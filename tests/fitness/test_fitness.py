@@ -93,6 +93,9 @@ def test_atoms_numeric_and_standard_canonicalization():
     pc = cvxdp.privacy_cost(B, cp.Constant(X0)).value
     assert pc == pytest.approx(np.max(np.diag(B.T @ X0 @ B)))
     assert cvxdp.query_variance(L, cp.Variable((3, 3), PSD=True)).is_convex()
+    # outside the domain (a standard solver's inaccurate X): +inf, not LAPACK's error
+    bad = X0 - 2 * np.linalg.eigvalsh(X0).max() * np.outer([1, 0, 0], [1, 0, 0])
+    assert np.all(np.isinf(cvxdp.query_variance(L, cp.Constant(bad)).value))
 
 
 def test_bad_input():
