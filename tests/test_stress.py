@@ -72,3 +72,15 @@ def test_histogram_invariants_write_certified_duals_or_none(kind, index):
     family's certificate looks for them; its run's partial ones had mapped to zeros."""
     outcome, detail = stress.judge(*_instance(kind, index))
     assert outcome in ("ok", "no_duals"), (outcome, detail)
+
+
+@pytest.mark.parametrize("kind,index", [("l1", 80)])
+def test_mirror_descent_duals_from_its_best_bound(kind, index):
+    """An L1 model whose gap certified (3.6e-7) but whose point's gradient, kinks zeroed or
+    not, did not: the loss duals behind the run's best bound certify (stress seed 3)."""
+    method, kinds = stress.FAMILIES["mirror_descent"]
+    rng = np.random.default_rng([3, zlib.crc32(b"mirror_descent"), zlib.crc32(kind.encode())])
+    for _ in range(index + 1):
+        prob = kinds[kind](rng)
+    outcome, detail = stress.judge(method, prob)
+    assert outcome == "ok", (outcome, detail)

@@ -244,7 +244,8 @@ def test_multipliers_are_kkt_and_price_the_total(mixed):
     # the same multipliers reach SolverResult.duals through mirror descent
     res = md_solve(P, MirrorSettings(polish_start=0, eps_rel=1e-9))
     assert res.status == "optimal" and res.info["clique_tables"] is not None
-    assert set(res.duals) == {"local_nonneg", "local_consistency", "loss"}
+    assert set(res.duals) == {"local_nonneg", "local_consistency", "loss", "bound"}
+    assert res.duals["bound"].shape == (sum(t.b.size for t in ext.loss.terms),)
     assert res.duals["local_nonneg"].shape == (sum(P.tree.cells),)
     assert res.duals["local_consistency"].shape == (lp.E.shape[0],)
     assert res.duals["loss"].shape == (sum(t.b.size for t in ext.loss.terms),)

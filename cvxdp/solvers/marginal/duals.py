@@ -42,16 +42,18 @@ def certifying_multipliers(loss: MarginalLoss, tree: JunctionTree, res: SolverRe
     """The multipliers ``y = -sum_t A_t^T lam_t`` of the marginal definitions
     ``marginals == (the table's marginals)`` (flat, cliques stacked), or ``None``.
 
-    ``lam`` is taken from the exact L1/mixed finish (its loss duals) or from the loss gradient
-    at the returned point (absolute rows at their kink: ``sign`` or 0), and kept only if its own bound certifies the returned loss ``f``:
+    ``lam`` is taken from the exact L1/mixed finish (its loss duals), the run's best bound
+    (``duals["bound"]``) or the loss gradient at the returned point (absolute rows at their
+    kink: ``sign`` or 0), and kept only if its own bound certifies the returned loss ``f``:
     the max-product bound ``min_{mu in M} <A^T lam, mu> - sum_t (lam_t^T b_t + phi_t^*(lam_t))``
     (McKenna et al. 2019, sec. 4) with the total fixed, or, with the total free, the same bound
     over the cone ``{N p : 0 <= N <= total_bound}`` (``c + min(0, m) total_bound``, see
     :mod:`cvxdp.solvers.marginal.free_total`).  Either way ``(f - L) / max(1, |f|) <= eps_rel``."""
     f = float(res.objective)
     candidates = []
-    if res.duals.get("loss") is not None and res.duals["loss"].size:
-        candidates.append(lams_of(loss, res.duals["loss"]))
+    for key in ("loss", "bound"):          # the exact finish's, the run's best bound's
+        if res.duals.get(key) is not None and res.duals[key].size:
+            candidates.append(lams_of(loss, res.duals[key]))
     grad = loss.value_grad(res.x)[2]
     candidates.append(grad)
     if any(t.kind == "l1" for t in loss.terms):

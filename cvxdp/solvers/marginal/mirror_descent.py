@@ -66,7 +66,8 @@ junction-tree cells ``x >= 0`` (flat, ``tree.cliques`` order, C order within a c
 ``"local_consistency"`` the multipliers ``nu`` of ``E x = e`` (separator rows of
 ``tree.preorder[1:]``, child minus parent, then the total row), with ``s = P^T g - E^T nu``,
 and ``"loss"`` the loss duals ``lam_t`` of the terms, concatenated (``g = sum_t A_t^T lam_t``).
-Empty otherwise.
+Always (once a check has run): ``"bound"``, the loss duals behind the best certified lower
+bound, concatenated the same way.
 """
 from __future__ import annotations
 
@@ -299,7 +300,12 @@ class _Run:
         """Certify the current ``mu`` (exact loss, best lower bound), log a table row;
         returns ``(row, exact loss, certified gap)``."""
         f_exact = f_smooth if self.tau == 0 else self.loss.value(self.mu)
-        self.best_lb = max(self.best_lb, self.problem.lower_bound(lams))
+        lb = self.problem.lower_bound(lams)
+        if lb > self.best_lb:
+            # the loss duals behind the best bound (Huber slopes: valid for the exact L1 too),
+            # a candidate for the constraint's multipliers when the point's own gradient is not
+            self.best_lb = lb
+            self.duals["bound"] = np.concatenate([np.asarray(v, dtype=float) for v in lams])
         gap = f_exact - self.best_lb
         row = dict(iter=self.it, loss=f_exact, **{"lower bd": self.best_lb,
                    "rel gap": relative(gap, f_exact)}, step=step, tau=self.tau,
