@@ -50,17 +50,14 @@ class DenseKKT:
         self._L = self._X = self._S = None
 
     def factor(self, hdata: np.ndarray, dreg: float) -> bool:
-        """:meth:`factor_dense` of ``H`` given by its pattern's values ``hdata``."""
+        """``H = L L^T`` (``H`` given by its pattern's values ``hdata``) and the Schur
+        complement's Cholesky factor; ``False`` when ``H`` is not numerically positive
+        definite."""
         n = self.n
         flat = self._flat
         flat.fill(0.0)
         flat[self._pos] = hdata[self._lower]
-        return self.factor_dense(flat.reshape((n, n), order="F"), dreg)
-
-    def factor_dense(self, H: np.ndarray, dreg: float) -> bool:
-        """``H = L L^T`` (``H`` Fortran-ordered, overwritten; its lower triangle is read) and
-        the Schur complement's Cholesky factor; ``False`` when ``H`` is not numerically
-        positive definite."""
+        H = flat.reshape((n, n), order="F")          # a view: potrf factorises in place
         self._L = None
         L, info = lapack.dpotrf(H, lower=1, clean=0, overwrite_a=1)
         if info != 0 or not np.all(np.isfinite(L.diagonal())):
