@@ -1,4 +1,4 @@
-"""The interior point's reduced Newton system by dense LAPACK, where its sparse factor fills in.
+"""The interior point's reduced Newton system where its sparse factor fills in.
 
 The system of :mod:`cvxdp.solvers.consistency.ipm`,
 
@@ -16,16 +16,18 @@ one forward and one backward triangular solve per right-hand side.  Why not scip
 triangular solve takes 1.9 ms (measured), and the elimination above needs two of them where
 ``H^{-1} fx`` then ``H^{-1} (A^T dy - fx)`` needed two ``potrs``.
 
-``H`` is written into one buffer kept for the whole solve, from its values on a fixed sparse
-pattern (the lower triangle only: ``potrf`` reads no other); scipy's ``toarray`` of the
-sparse ``H`` took 52 ms per iteration at n = 3,000.
+``L`` is :class:`~cvxdp.solvers.consistency.level_cholesky.LevelCholesky`'s: independent sets
+of ``H``'s graph eliminated level by level, the rest by LAPACK's dense Cholesky in one buffer
+kept for the whole solve (scipy's ``toarray`` of the sparse ``H`` took 52 ms per iteration at
+n = 3,000).
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
-from scipy.linalg import blas, lapack
+
+from .level_cholesky import LevelCholesky
 
 __all__ = ["DenseKKT"]
 
@@ -38,33 +40,32 @@ class DenseKKT:
     def __init__(self, n: int, A, pattern: tuple[np.ndarray, np.ndarray]) -> None:
         self.n, self.p = n, A.shape[0]
         indptr, indices = pattern
-        col = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        row = np.asarray(indices, dtype=np.int64)
-        self._lower = np.flatnonzero(row >= col)
-        # the entries' positions in the column-major buffer
-        self._pos = row[self._lower] + col[self._lower] * n
-        self._flat = np.zeros(n * n)
+        self._indptr, self._indices = indptr, indices
+        self._chol = LevelCholesky(sp.csc_matrix((np.ones(len(indices)), indices, indptr),
+                                                 shape=(n, n)))
         if self.p:
             AT = A.T.toarray() if sp.issparse(A) else np.asarray(A, dtype=float).T
             self._AT = np.asfortranarray(AT)
-        self._L = self._X = self._S = None
+        self._ok = False
+        self._X = self._S = None
+
+    @property
+    def tail(self) -> int:
+        """Unknowns of ``H`` factorised dense (the rest were eliminated as independent sets)."""
+        return self._chol.tail
 
     def factor(self, hdata: np.ndarray, dreg: float) -> bool:
         """``H = L L^T`` (``H`` given by its pattern's values ``hdata``) and the Schur
         complement's Cholesky factor; ``False`` when ``H`` is not numerically positive
         definite."""
         n = self.n
-        flat = self._flat
-        flat.fill(0.0)
-        flat[self._pos] = hdata[self._lower]
-        H = flat.reshape((n, n), order="F")          # a view: potrf factorises in place
-        self._L = None
-        L, info = lapack.dpotrf(H, lower=1, clean=0, overwrite_a=1)
-        if info != 0 or not np.all(np.isfinite(L.diagonal())):
+        self._ok = False
+        H = sp.csc_matrix((hdata, self._indices, self._indptr), shape=(n, n))
+        if not self._chol.factor(H):
             return False
         if self.p:
-            X, info = lapack.dtrtrs(L, self._AT, lower=1)
-            if info != 0:
+            X = self._chol.forward(self._AT)
+            if not np.all(np.isfinite(X)):
                 return False
             S = X.T @ X
             S[np.diag_indices_from(S)] += dreg
@@ -73,14 +74,13 @@ class DenseKKT:
             except la.LinAlgError:
                 return False
             self._X = X
-        self._L = L
+        self._ok = True
         return True
 
     def solve(self, fx: np.ndarray, fA: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(dx, dy)`` from the last factorisation."""
-        L = self._L
-        u = blas.dtrsv(L, fx, lower=1)
+        u = self._chol.forward(fx)
         if not self.p:
-            return -blas.dtrsv(L, u, lower=1, trans=1), np.zeros(0)
+            return -self._chol.backward(u), np.zeros(0)
         dy = la.cho_solve(self._S, fA + self._X.T @ u, check_finite=False)
-        return blas.dtrsv(L, self._X @ dy - u, lower=1, trans=1), dy
+        return self._chol.backward(self._X @ dy - u), dy

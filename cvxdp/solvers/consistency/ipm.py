@@ -41,6 +41,7 @@ import numpy as np
 import qdldl
 
 from .._ldl import PatternLDL
+import scipy.linalg as la
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -89,6 +90,8 @@ _DENSE_FLOPS = 5e7
 _PAIRS_RATIO = 4
 _PAIRS_MIN = 200_000
 _DENSE_FRACTION = 0.15
+# matrix-vector products with dense copies of R and A up to this many entries
+_DENSE_PRODUCTS = 60_000
 
 
 class IPMResult:
@@ -125,6 +128,11 @@ class _Problem:
         self.A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, n))
         self.AT = self.A.T.tocsr()
         self.b = d.b if has_eq(d) else np.zeros(0)
+        # the products' operands: dense for a small problem, where scipy's sparse product
+        # costs ~10 us of overhead against numpy's ~1 us and a solve makes ~200 of them
+        small = (self.R.shape[0] + self.A.shape[0]) * n <= _DENSE_PRODUCTS
+        self.Rp, self.RTp, self.Ap, self.ATp = (
+            (m.toarray() if small else m) for m in (self.R, self.RT, self.A, self.AT))
         self.lo_f, self.up_f = np.isfinite(d.lower), np.isfinite(d.upper)
         self.l = np.where(self.lo_f, d.lower, 0.0)
         self.u = np.where(self.up_f, d.upper, 0.0)
@@ -260,7 +268,7 @@ class _Solver:
         n = self.n
         # scale: the loss per row at the origin clipped into the bounds (objective ~ one unit)
         x_c = np.clip(np.zeros(n), P.d.lower, P.d.upper)
-        r_c = P.R @ x_c - P.yR
+        r_c = P.Rp @ x_c - P.yR
         f = float(P.w1 @ np.abs(r_c) + 0.5 * P.w2 @ (r_c * r_c))
         self.scale = max(f / max(P.k, 1), 1e-12 * max(float(np.max(P.w1, initial=0.0)), 1.0), 1e-300)
         c1, c2 = P.w1 / self.scale, P.w2 / self.scale
@@ -271,7 +279,7 @@ class _Solver:
         x = x_c
         if self._assemble(np.where(P.edge, 0.0, curv), hx, 1e-10):
             # min 1/2 sum curv (R x - y)^2 + 1/2 hx |x - x_c|^2  s.t.  A x = b
-            fx = -(P.RT @ (curv * np.where(P.edge, 0.0, P.yR)) + hx * x_c)
+            fx = -(P.RTp @ (curv * np.where(P.edge, 0.0, P.yR)) + hx * x_c)
             with np.errstate(over="ignore", invalid="ignore"):
                 xs, _ = self._apply(fx, P.b)
             if np.all(np.isfinite(xs)):
@@ -282,10 +290,10 @@ class _Solver:
         theta = np.minimum(0.1 * max(mag, 1e-8), 0.25 * np.where(P.lo_f & P.up_f, P.u - P.l, np.inf))
         x = np.where(P.lo_f, np.maximum(x, P.l + theta), x)
         x = np.where(P.up_f, np.minimum(x, P.u - theta), x)
-        r = P.R @ x - P.yR
+        r = P.Rp @ x - P.yR
         # loss multipliers: the gradient at x (-yR in the Lagrangian's sign)
         yR = np.where(P.split, -(c1 * np.sign(r) + c2 * r), np.where(P.vrow, -c2 * r, 0.0))
-        g = -(P.RT @ yR)                                     # = s_lo - s_up wanted
+        g = -(P.RTp @ yR)                                     # = s_lo - s_up wanted
         t_pairs = [np.where(P.lo_f, x - P.l, np.inf), np.where(P.up_f, P.u - x, np.inf),
                    np.where(P.split, np.maximum(r, 0.0), np.inf), np.where(P.split, np.maximum(-r, 0.0), np.inf),
                    np.where(P.edge, np.maximum(-r, 0.0), np.inf)]
@@ -312,7 +320,7 @@ class _Solver:
         shift = np.minimum(dt, 0.5 * width)
         x = np.where(P.lo_f, np.maximum(x, P.l + shift), x)
         x = np.where(P.up_f, np.minimum(x, P.u - shift), x)
-        r = P.R @ x - P.yR
+        r = P.Rp @ x - P.yR
         pp = np.where(P.split, np.maximum(r, 0.0) + dt, 0.0)
         qq = np.where(P.split, np.maximum(-r, 0.0) + dt, 0.0)
         v = np.where(P.vrow, r, 0.0)
@@ -328,11 +336,11 @@ class _Solver:
         P = self.P
         c1, c2 = self.c1, self.c2
         # primal: R x - p + q - v + g = yR ; A x = b
-        rR = P.yR - (P.R @ z["x"] - z["p"] + z["q"] - z["v"] + z["g"])
-        rA = P.b - P.A @ z["x"]
+        rR = P.yR - (P.Rp @ z["x"] - z["p"] + z["q"] - z["v"] + z["g"])
+        rA = P.b - P.Ap @ z["x"]
         # dual (stationarity): objective gradient - (constraint^T y) - s_lower + s_upper = 0
         diff = z["p"] - z["q"]
-        dx = -(P.RT @ z["yR"]) - P.AT @ z["yA"] - z["sl"] + z["su"]
+        dx = -(P.RTp @ z["yR"]) - P.ATp @ z["yA"] - z["sl"] + z["su"]
         dp = np.where(P.split, c1 + c2 * diff + z["yR"] - z["sp"], 0.0)
         dq = np.where(P.split, c1 - c2 * diff - z["yR"] - z["sq"], 0.0)
         dv = np.where(P.vrow, c2 * z["v"] + z["yR"], 0.0)
@@ -438,8 +446,8 @@ class _Solver:
         dx, dy = self._apply(fx, fA)
         scale = 1.0 + float(max(np.abs(fx).max(initial=0.0), np.abs(fA).max(initial=0.0)))
         for _ in range(_REFINE):
-            r1 = fx - (-(self._H @ dx) + self.P.AT @ dy)
-            r2 = fA - self.P.A @ dx
+            r1 = fx - (-(self._H @ dx) + self.P.ATp @ dy)
+            r2 = fA - self.P.Ap @ dx
             # refined to rounding level: looser directions were measured to cost interior-point
             # iterations (stopping once a step gained less than a digit: 16 instead of 11)
             if max(float(np.abs(r1).max(initial=0.0)), float(np.abs(r2).max(initial=0.0))) <= 1e-15 * scale:
@@ -501,9 +509,9 @@ class _Solver:
         phi = h["phi"]
         # dy = phi (const - R dx);  x columns: Hx dx - R^T dy - A^T dyA = bx
         # -> (Hx + R^T phi R) dx - A^T dyA = bx + R^T phi const ; A dx = rA
-        fx = -(bx + P.RT @ (phi * const))
+        fx = -(bx + P.RTp @ (phi * const))
         dx, dyA = self._solve_reduced(fx, rA)
-        dyR = phi * (const - P.R @ dx)
+        dyR = phi * (const - P.Rp @ dx)
         d = dict(x=dx, yA=dyA, yR=dyR,
                  p=up + kp * dyR, q=uq + kq * dyR, v=uv + kv * dyR, g=ug + kg * dyR)
         d["sl"] = np.where(P.lo_f, (rc["l"] - z["sl"] * dx) / tl, 0.0)
@@ -636,6 +644,8 @@ _POLISH_PROX = 1e-10
 # rounds of active-set corrections, and the (relative) tolerance of their tests
 _POLISH_ROUNDS = 8
 _POLISH_TOL = 1e-9
+# the polish's system dense (LAPACK's LU) up to this many unknowns
+_POLISH_DENSE = 400
 
 
 def polish(d, res: IPMResult, eps_abs: float):
@@ -705,30 +715,19 @@ def _polish_solve(d, M, x_ipm, at_lo, at_hi, kink, sigma):
     w2 = np.where(nk, d.w2, 0.0)
     x_fixed = np.where(S, xS, 0.0)
     y_eff = d.y - M @ x_fixed                              # r = M_F x_F - y_eff
-    H = (MF.T @ sp.diags(w2) @ MF).tocsc()
+    A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, n))
     nF = int(F.sum())
+    E = sp.vstack([MF[kink], A[:, F]]).tocsr()
+    e = np.r_[y_eff[kink], (d.b - A @ x_fixed) if A.shape[0] else np.zeros(0)]
+    small = (nF + E.shape[0]) <= _POLISH_DENSE
+    if small:
+        MF, E = MF.toarray(), E.toarray()
+    H = MF.T @ (w2[:, None] * MF) if small else (MF.T @ sp.diags(w2) @ MF).tocsc()
     dscale = max(float(np.abs(H.diagonal()).max(initial=0.0)), float(np.max(d.w1, initial=0.0)), 1e-300)
     prox = _POLISH_PROX * dscale
     g0 = MF.T @ np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) - w2 * y_eff, 0.0) - prox * x_ipm[F]
-    A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, n))
-    E = sp.vstack([MF[kink], A[:, F]]).tocsc()
-    e = np.r_[y_eff[kink], (d.b - A @ x_fixed) if A.shape[0] else np.zeros(0)]
-    m_e = E.shape[0]
-    Hr = H + prox * sp.identity(nF, format="csc")
-    K = sp.bmat([[Hr, E.T], [E, -_DUAL_REG * dscale * sp.identity(m_e)]], format="csc") if m_e else Hr
-    Kexact = sp.bmat([[Hr, E.T], [E, None]], format="csc") if m_e else Hr
-    rhs = np.r_[-g0, e]
-    try:
-        solver = qdldl.Solver(K)
-        sol = solver.solve(rhs)
-        for _ in range(_REFINE):
-            resid = rhs - Kexact @ sol
-            if float(np.abs(resid).max(initial=0.0)) <= 1e-15 * (1.0 + float(np.abs(rhs).max(initial=0.0))):
-                break
-            sol = sol + solver.solve(resid)
-    except (RuntimeError, ValueError):
-        return None
-    if not np.all(np.isfinite(sol)):
+    sol = _polish_system(H, E, prox, _DUAL_REG * dscale, np.r_[-g0, e])
+    if sol is None or not np.all(np.isfinite(sol)):
         return None
     lam = sol[nF:]
     x = x_fixed.copy()
@@ -749,3 +748,42 @@ def _polish_solve(d, M, x_ipm, at_lo, at_hi, kink, sigma):
     duals["upper"] = np.where(at_hi, np.maximum(-g, 0.0), 0.0)
     duals["g"] = g
     return x, duals, w, lam_k, r
+
+
+def _polish_system(H, E, prox: float, dreg: float, rhs: np.ndarray) -> np.ndarray | None:
+    """``[H + prox I, E^T; E, 0] sol = rhs`` by a factorisation of the system with ``-dreg I``
+    in place of its zero block, refined against the exact one: QDLDL for sparse ``H``, ``E``,
+    LAPACK's LU for dense ones (small systems, where building the sparse matrices and
+    QDLDL's analysis took most of the polish's 5 ms at n = 100)."""
+    nF, m_e = H.shape[0], E.shape[0]
+    if isinstance(H, np.ndarray):
+        Kexact = np.zeros((nF + m_e, nF + m_e))
+        Kexact[:nF, :nF] = H + prox * np.eye(nF)
+        Kexact[:nF, nF:] = E.T
+        Kexact[nF:, :nF] = E
+        K = Kexact.copy()
+        K[nF:, nF:] -= dreg * np.eye(m_e)
+        try:
+            lu = la.lu_factor(K, check_finite=False)
+        except (la.LinAlgError, ValueError):
+            return None
+
+        def apply(v):
+            return la.lu_solve(lu, v, check_finite=False)
+    else:
+        Hr = H + prox * sp.identity(nF, format="csc")
+        K = sp.bmat([[Hr, E.T], [E, -dreg * sp.identity(m_e)]], format="csc") if m_e else Hr
+        Kexact = sp.bmat([[Hr, E.T], [E, None]], format="csc") if m_e else Hr
+        try:
+            solver = qdldl.Solver(K)
+        except (RuntimeError, ValueError):
+            return None
+        apply = solver.solve
+    with np.errstate(all="ignore"):
+        sol = apply(rhs)
+        for _ in range(_REFINE):
+            resid = rhs - Kexact @ sol
+            if float(np.abs(resid).max(initial=0.0)) <= 1e-15 * (1.0 + float(np.abs(rhs).max(initial=0.0))):
+                break
+            sol = sol + apply(resid)
+    return sol
