@@ -21,12 +21,17 @@ class PatternLDL:
     def __init__(self) -> None:
         self._solver = None
         self._pattern: tuple[bytes, bytes] | None = None
+        self._arrays: tuple = (None, None)
 
     def factor(self, K: sp.csc_matrix, upper: bool = False) -> None:
         """``K`` whole, or its upper triangle when ``upper`` (qdldl then skips its own
         ``triu``, a third of an update's time on small systems)."""
         K.sort_indices()
+        if self._solver is not None and K.indptr is self._arrays[0] and K.indices is self._arrays[1]:
+            self._solver.update(K, upper=upper)     # the same pattern arrays: no comparison
+            return
         pattern = (K.indptr.tobytes(), K.indices.tobytes())
+        self._arrays = (K.indptr, K.indices)
         if self._solver is None or pattern != self._pattern:
             self._solver, self._pattern = None, None    # nothing stale if the analysis fails
             self._solver, self._pattern = qdldl.Solver(K, upper=upper), pattern
@@ -35,7 +40,7 @@ class PatternLDL:
 
     def reset(self) -> None:
         """Forget the factorisation (after a failed one)."""
-        self._solver, self._pattern = None, None
+        self._solver, self._pattern, self._arrays = None, None, (None, None)
 
     def solve(self, rhs):
         return self._solver.solve(rhs)

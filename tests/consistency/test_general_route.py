@@ -247,14 +247,18 @@ def test_dense_newton_systems_match_clarabel(monkeypatch, loss, dup):
 
 
 def test_an_early_iterate_the_caller_accepts_ends_the_interior_point():
-    """``accept`` sees one iterate, the first at ``_EARLY_TOL``; accepted, it is returned."""
+    """``accept`` sees the first iterate at each of ``_EARLY_TOLS`` (one iterate may meet
+    several: then once); accepted, it is returned."""
     from cvxdp.recognise.consistency import recognise
     from cvxdp.solvers.consistency import ipm
     prob, *_ = instance(60, "en", "nonneg", 12)
     data = recognise(prob).data
     seen = []
     full = ipm.solve_qp(data, accept=lambda out: seen.append(out.accuracy) or False)
-    assert len(seen) == 1 and ipm._TOL < seen[0] <= ipm._EARLY_TOL
+    tols = ipm._EARLY_TOLS
+    assert 1 <= len(seen) <= len(tols) and seen == sorted(seen, reverse=True)
+    assert seen[0] <= tols[0] and (len(seen) == 2 or seen[0] <= tols[1])
+    assert ipm._TOL < seen[-1] <= tols[-1]
     assert full.accuracy <= ipm._TOL
     early = ipm.solve_qp(data, accept=lambda out: True)
     assert early.accuracy == seen[0] and early.iterations < full.iterations

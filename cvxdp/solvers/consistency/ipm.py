@@ -55,10 +55,11 @@ _LOG = logging.getLogger("cvxdp")
 _MAX_ITERS = 100
 # stop at this relative accuracy (residuals, gap) of the scaled problem
 _TOL = 1e-10
-# ... or earlier, at this accuracy, when the caller's polish and certificate accept the
-# iterate (two of 16 iterations at n = 3,000, measured; the exact polish does not need the
-# last digits, only the active set)
-_EARLY_TOL = 1e-8
+# ... or earlier, when the caller's polish and certificate accept the first iterate at one
+# of these accuracies (each tried once; the exact polish needs only the active set, not the
+# last digits: at 1e-8 two of 16 iterations saved at n = 3,000, at 1e-5 two of 9 at n = 100,
+# a fifth of the time there, measured; a refused attempt costs one polish)
+_EARLY_TOLS = (1e-5, 1e-8)
 # ... or the best iterate within _LOOSE_TOL once no progress is made for _STALL iterations
 _LOOSE_TOL = 1e-8
 _STALL = 5
@@ -182,16 +183,26 @@ class _Assembly:
         self._Hm = sp.csc_matrix((np.arange(1.0, uniq.size + 1), self.h_indices, self.h_indptr),
                                  shape=(n, n))
         self._slots: dict = {}
+        self._upper: sp.csc_matrix | None = None
 
     def _marker(self, upper: bool) -> sp.csc_matrix:
-        Hm, p = self._Hm, self.p
-        if upper:
-            Hm = sp.triu(Hm, format="csc")
-        if not p:
-            return Hm.copy()
-        Am = sp.csr_matrix((-(3.0 + np.arange(self._A.nnz)), self._A.indices, self._A.indptr),
-                           shape=self._A.shape)
-        return sp.bmat([[Hm, Am.T], [None if upper else Am, -2.0 * sp.identity(p)]], format="csc")
+        """The KKT matrix of markers, from coordinates (scipy's ``bmat`` took 1.3 ms of a
+        2 ms start at n = 100)."""
+        Hm, p, n = self._Hm, self.p, self.n
+        H = Hm.tocoo()
+        keep = H.row <= H.col if upper else np.ones(H.nnz, dtype=bool)
+        A = self._A.tocoo()
+        ka = -(3.0 + np.arange(A.nnz))      # A's CSR order: the coo keeps it
+        rows = [H.row[keep], A.col, np.arange(n, n + p)]
+        cols = [H.col[keep], n + A.row, np.arange(n, n + p)]
+        vals = [H.data[keep], ka, np.full(p, -2.0)]
+        if not upper:
+            rows.append(n + A.row)
+            cols.append(A.col)
+            vals.append(ka)
+        size = n + p
+        return sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                             shape=(size, size))
 
     def _slots_of(self, marker: sp.csc_matrix) -> tuple:
         marker.sort_indices()
@@ -221,23 +232,32 @@ class _Assembly:
         return sp.csc_matrix((hdata, self.h_indices, self.h_indptr), shape=(self.n, self.n))
 
     def kkt(self, hdata: np.ndarray, dreg: float, upper: bool = False) -> sp.csc_matrix:
-        """``[-H  A^T; A  d I]`` with ``H.data = hdata``; its upper triangle if ``upper``."""
+        """``[-H  A^T; A  d I]`` with ``H.data = hdata``; its upper triangle if ``upper``.
+        The upper one is the same matrix object each call, its values overwritten (its
+        pattern fixed: QDLDL's update sees the same arrays)."""
         if upper not in self._slots:
             self._slots[upper] = self._slots_of(self._marker(upper))
         indptr, indices, from_h, h_of, at_dreg, base = self._slots[upper]
-        data = base.copy()
+        size = self.n + self.p
+        if upper:
+            K = self._upper
+            if K is None:
+                K = self._upper = sp.csc_matrix((base.copy(), indices, indptr), shape=(size, size))
+            data = K.data
+        else:
+            data = base.copy()
         data[from_h] = -hdata[h_of]
         data[at_dreg] = dreg
-        size = self.n + self.p
-        return sp.csc_matrix((data, indices, indptr), shape=(size, size))
+        return K if upper else sp.csc_matrix((data, indices, indptr), shape=(size, size))
 
 
 def solve_qp(d, deadline: float = math.inf, verbose: bool = False,
              accept: Callable[[IPMResult], bool] | None = None) -> IPMResult | None:
     """Solve ``d`` (any loss weights; pure L1 too) by the interior point; ``None`` when it
     does not converge (or runs past ``deadline``, a ``time.perf_counter()`` time).
-    ``accept``, if given, sees the first iterate at :data:`_EARLY_TOL` once: ``True`` (it
-    finished the solve, say by the polish and the certificate) stops the iteration there."""
+    ``accept``, if given, sees the first iterate at each accuracy of :data:`_EARLY_TOLS`:
+    ``True`` (it finished the solve, say by the polish and the certificate) stops the
+    iteration there."""
     P = _Problem(d)
     return _Solver(P, verbose).run(deadline, accept)
 
@@ -566,7 +586,7 @@ class _Solver:
     def run(self, deadline: float, accept=None) -> IPMResult | None:
         z = self._start()
         best, best_it = (math.inf, None), 0
-        it = 0
+        it = tries = 0
         for it in range(1, _MAX_ITERS + 1):
             res = self._residuals(z)
             acc = self._accuracy(z, res)
@@ -577,11 +597,11 @@ class _Solver:
                 best, best_it = (acc, z), it
             if acc <= _TOL:
                 break
-            if accept is not None and acc <= _EARLY_TOL:
+            if accept is not None and tries < len(_EARLY_TOLS) and acc <= _EARLY_TOLS[tries]:
                 out = self._unpack(z, it, acc)
                 if accept(out):
                     return out
-                accept = None                            # once: the rest runs to _TOL
+                tries = sum(acc <= t for t in _EARLY_TOLS)        # each accuracy once
             if it - best_it >= _STALL and best[0] <= _LOOSE_TOL:
                 break
             if it - best_it >= _NO_PROGRESS:             # diverging (infeasible constraints)
