@@ -99,8 +99,11 @@ class IPMResult:
     """``x``, the loss multipliers ``w`` (one per row of ``M``), ``duals`` (family keys),
     ``iterations`` and the final relative accuracy."""
 
-    def __init__(self, x, w, duals, iterations, accuracy, at_lo, at_hi, kink):
+    def __init__(self, x, w, duals, iterations, accuracy, at_lo, at_hi, kink, filled=False):
         self.x, self.w, self.duals, self.iterations, self.accuracy = x, w, duals, iterations, accuracy
+        # the Newton matrices' sparse factors fill in (the dense path runs): a sparse solve
+        # of the polish's system, a sub-matrix of the same rows, costs several iterations
+        self.filled = filled
         # the active set the iterate points at (a dual slack above its primal one, both
         # scaled): bounds hit and L1 rows at their kink (p and q both vanishing)
         self.at_lo, self.at_hi, self.kink = at_lo, at_hi, kink
@@ -655,7 +658,7 @@ class _Solver:
         at_hi = P.up_f & (z["su"] > P.u - z["x"])
         kink = np.zeros(d.M.shape[0], dtype=bool)
         kink[P.rows] = (P.split & (z["sp"] > z["p"]) & (z["sq"] > z["q"]))[:P.k]
-        return IPMResult(x, w, duals, it, acc, at_lo, at_hi, kink)
+        return IPMResult(x, w, duals, it, acc, at_lo, at_hi, kink, filled=self.mode == "dense")
 
 
 # the polish's proximal weight (relative to the Hessian's diagonal): keeps the reduced
@@ -668,7 +671,7 @@ _POLISH_TOL = 1e-9
 _POLISH_DENSE = 400
 
 
-def polish(d, res: IPMResult, eps_abs: float):
+def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
     """The exact solution on the active set the interior point points at: bounds hit fixed,
     L1 rows at their kink held at zero residual, the other L1 rows' signs known, which
     leaves the equality-constrained QP
@@ -680,7 +683,7 @@ def polish(d, res: IPMResult, eps_abs: float):
     equalities' ones; the bound multipliers are what stationarity leaves on the fixed
     coordinates.  A guess the solution contradicts (a free coordinate past a bound, a
     residual changing sign, a kink multiplier outside ``[-w1, w1]``, a bound multiplier of
-    the wrong sign) is corrected and the solve repeated, ``_POLISH_ROUNDS`` times at most.
+    the wrong sign) is corrected and the solve repeated, ``rounds`` times at most.
     Returns ``(x, duals, w)`` or ``None`` (order chains; no consistent active set found;
     a failed factorisation)."""
     if has_chains(d):
@@ -688,7 +691,7 @@ def polish(d, res: IPMResult, eps_abs: float):
     at_lo, at_hi, kink = res.at_lo.copy(), res.at_hi.copy(), res.kink & (d.w1 > 0)
     M = d.M.tocsr()
     sigma = np.sign(M @ res.x - d.y)
-    for _ in range(_POLISH_ROUNDS):
+    for _ in range(rounds):
         out = _polish_solve(d, M, res.x, at_lo, at_hi, kink, sigma)
         if out is None:
             return None
