@@ -690,9 +690,13 @@ def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
         return None
     at_lo, at_hi, kink = res.at_lo.copy(), res.at_hi.copy(), res.kink & (d.w1 > 0)
     M = d.M.tocsr()
+    A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, d.n))
+    if (M.shape[0] + A.shape[0]) * d.n <= _DENSE_PRODUCTS:
+        # small: dense arrays (scipy's column slicing and stacking were half the polish)
+        M, A = M.toarray(), A.toarray()
     sigma = np.sign(M @ res.x - d.y)
     for _ in range(rounds):
-        out = _polish_solve(d, M, res.x, at_lo, at_hi, kink, sigma)
+        out = _polish_solve(d, M, A, res.x, at_lo, at_hi, kink, sigma)
         if out is None:
             return None
         x, duals, w, lam_k, r = out
@@ -728,7 +732,7 @@ def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
     return None
 
 
-def _polish_solve(d, M, x_ipm, at_lo, at_hi, kink, sigma):
+def _polish_solve(d, M, A, x_ipm, at_lo, at_hi, kink, sigma):
     n = d.n
     S = at_lo | at_hi
     F = ~S
@@ -738,12 +742,14 @@ def _polish_solve(d, M, x_ipm, at_lo, at_hi, kink, sigma):
     w2 = np.where(nk, d.w2, 0.0)
     x_fixed = np.where(S, xS, 0.0)
     y_eff = d.y - M @ x_fixed                              # r = M_F x_F - y_eff
-    A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, n))
     nF = int(F.sum())
-    E = sp.vstack([MF[kink], A[:, F]]).tocsr()
+    if isinstance(M, np.ndarray):
+        E = np.vstack([MF[kink], A[:, F]])
+    else:
+        E = sp.vstack([MF[kink], A[:, F]]).tocsr()
     e = np.r_[y_eff[kink], (d.b - A @ x_fixed) if A.shape[0] else np.zeros(0)]
-    small = (nF + E.shape[0]) <= _POLISH_DENSE
-    if small:
+    small = isinstance(M, np.ndarray) or (nF + E.shape[0]) <= _POLISH_DENSE
+    if small and not isinstance(M, np.ndarray):
         MF, E = MF.toarray(), E.toarray()
     H = MF.T @ (w2[:, None] * MF) if small else (MF.T @ sp.diags(w2) @ MF).tocsc()
     dscale = max(float(np.abs(H.diagonal()).max(initial=0.0)), float(np.max(d.w1, initial=0.0)), 1e-300)
