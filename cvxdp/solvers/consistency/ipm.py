@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 import qdldl
 
+from .._blas import threads
 from .._ldl import PatternLDL
 import scipy.linalg as la
 import scipy.sparse as sp
@@ -262,7 +263,8 @@ def solve_qp(d, deadline: float = math.inf, verbose: bool = False,
     ``True`` (it finished the solve, say by the polish and the certificate) stops the
     iteration there."""
     P = _Problem(d)
-    return _Solver(P, verbose).run(deadline, accept)
+    with threads(1):               # many short BLAS calls: see cvxdp.solvers._blas
+        return _Solver(P, verbose).run(deadline, accept)
 
 
 class _Solver:
