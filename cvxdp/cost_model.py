@@ -46,13 +46,13 @@ FITS: dict[str, tuple] = {
     # any loss matrix (not separable, no tree): the LP (HiGHS) / the interior point.  Its
     # times are not a straight line in log-log (the interior point's factorisation switches
     # from sparse to dense), so the measured points themselves (size, cvxdp, Clarabel);
-    # remeasured 2026-12-06 after the dense solves' rework
-    "general_exact/l1": ((100, 0.0113, 0.0102), (300, 0.0274, 0.0866), (1000, 0.1261, 0.5689),
-                         (3000, 0.6953, 4.4006)),
-    "general_exact/l2": ((100, 0.0154, 0.0066), (300, 0.0582, 0.0615), (1000, 0.1563, 0.2607),
-                         (3000, 2.5629, 1.78)),
-    "general_exact/mixed": ((100, 0.0177, 0.0103), (300, 0.0509, 0.131), (1000, 0.1796, 0.4587),
-                            (3000, 3.1956, 2.7457)),
+    # remeasured 2026-12-06 (second session) after the level elimination and one BLAS thread
+    "general_exact/l1": ((100, 0.0199, 0.0124), (300, 0.0429, 0.1245), (1000, 0.184, 0.8682),
+                         (3000, 1.122, 6.2348)),
+    "general_exact/l2": ((100, 0.0274, 0.0142), (300, 0.1088, 0.1302), (1000, 0.3475, 0.6298),
+                         (3000, 2.14, 2.724)),
+    "general_exact/mixed": ((100, 0.0366, 0.0243), (300, 0.1062, 0.1949), (1000, 0.3618, 0.9548),
+                            (3000, 2.6808, 4.5874)),
     "histogram_tree/l1": (-6.085, 0.522, -12.336, 1.16),
     "histogram_tree/l2": (-8.557, 0.523, -11.784, 1.07),
     "marginal_polytope/l1": (-4.487, 0.192, -8.291, 0.711),
