@@ -53,7 +53,6 @@ class DenseKKT:
         if self.p:
             AT = A.T.toarray() if sp.issparse(A) else np.asarray(A, dtype=float).T
             self._AT = np.asfortranarray(AT)
-        self._ok = False
         self._X = self._S = None
 
     @property
@@ -70,7 +69,6 @@ class DenseKKT:
 
     def _factor(self, hdata: np.ndarray, dreg: float) -> bool:
         n = self.n
-        self._ok = False
         H = sp.csc_matrix((hdata, self._indices, self._indptr), shape=(n, n))
         if not self._chol.factor(H):
             return False
@@ -85,7 +83,6 @@ class DenseKKT:
             except la.LinAlgError:
                 return False
             self._X = X
-        self._ok = True
         return True
 
     def solve(self, fx: np.ndarray, fA: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
