@@ -290,9 +290,20 @@ def _shapes():
         "l1, equalities only": cp.Problem(cp.Minimize(2 * cp.sum(cp.abs(x - y))), [E @ x == 1]),
         "nonneg attribute": cp.Problem(cp.Minimize(cp.sum_squares(cp.Variable(6, nonneg=True) - y))),
         "tree": tree_problem(8),
+        "squared + order chain + bound": cp.Problem(cp.Minimize(cp.sum_squares(x - y)),
+                                                    [x[:-1] <= x[1:], x >= 0]),
+        "squared + decreasing chain": cp.Problem(cp.Minimize(cp.sum_squares(x - y)),
+                                                 [x[1:] <= x[:-1]]),
     }
+    z = cp.Variable(6)
     other = {
         "order chain": cp.Problem(cp.Minimize(cp.norm1(x - y)), [x[:-1] <= x[1:]]),
+        "order chain, elastic net": cp.Problem(
+            cp.Minimize(cp.norm1(x - y) + cp.sum_squares(x - y)), [x[:-1] <= x[1:], x >= 0]),
+        "squared + order chain + equality": cp.Problem(
+            cp.Minimize(cp.sum_squares(x - y)), [x[:-1] <= x[1:], E @ x == 1]),
+        "slices of two variables": cp.Problem(cp.Minimize(cp.sum_squares(x - y) + cp.sum_squares(z)),
+                                              [x[:-1] <= z[1:]]),
         "squared, equalities only (exact GLS)": cp.Problem(cp.Minimize(cp.sum_squares(x - y)), [E @ x == 1]),
         "general inequality": cp.Problem(cp.Minimize(cp.norm1(x - y)), [E @ x <= 1]),
         "PSD variable": cp.Problem(cp.Minimize(cp.norm1(x - y) + cp.trace(psd)), [x >= 0]),

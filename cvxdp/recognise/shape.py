@@ -4,8 +4,9 @@
 the loss rows, the constraint matrices) cost 1.5-2 ms, a third of the standard solver's own
 time at those sizes.  :func:`plain_consistency` says, from the expression tree's node types
 alone, that a problem can only be one of the consistency family's *iterative* kinds (so the
-cost model's small-size verdict applies to it) -- never a kind solved exactly (an order chain,
-the closed-form GLS), never another family's (polytopes, fitness for use, PSD variables).
+cost model's small-size verdict applies to it) -- never a kind solved exactly (an order chain
+with absolute losses alone, the closed-form GLS), never another family's (polytopes, fitness
+for use, PSD variables).
 """
 from __future__ import annotations
 
@@ -25,22 +26,31 @@ def plain_consistency(problem: cp.Problem) -> bool:
     """``True`` when the problem has only equalities (any), bounds (a variable or a slice of
     one against a constant) and at least one bound or absolute loss, its objective is built
     from absolute and squared losses of affine expressions, and its variables carry no
-    attribute beyond ``nonneg`` / ``bounds``."""
+    attribute beyond ``nonneg`` / ``bounds``; or, squared losses alone, bounds and order
+    chains (one slice of a variable against another, no equalities: the ADMM with the
+    pool-adjacent projection; chains under absolute losses alone are solved exactly, and
+    chains with equalities take the general path)."""
     for v in problem.variables():
         if any(val for key, val in v.attributes.items() if key not in _ATTRIBUTES_OK):
             return False
-    bounds = 0
+    bounds = chains = equalities = 0
     for c in problem.constraints:
         if isinstance(c, (Equality, Zero)):
+            equalities += 1
             continue
         if isinstance(c, (Inequality, NonNeg, NonPos)) and _is_bound(c):
             bounds += 1
+            continue
+        if isinstance(c, Inequality) and _is_order(c):
+            chains += 1
             continue
         return False
     bounds += sum(1 for v in problem.variables()
                   if v.attributes.get("nonneg") or v.attributes.get("bounds") is not None)
     l1 = _loss_atoms(problem.objective.expr)
-    return l1 is not None and (bounds > 0 or l1)
+    if chains and (l1 is not False or equalities):
+        return False
+    return l1 is not None and (bounds > 0 or chains > 0 or l1)
 
 
 def entrywise_losses(problem: cp.Problem) -> bool:
@@ -96,6 +106,15 @@ def _is_bound(c) -> bool:
     s = with_vars[0]
     return isinstance(s, cp.Variable) or (isinstance(s, (index, special_index))
                                           and isinstance(s.args[0], cp.Variable))
+
+
+def _is_order(c) -> bool:
+    """Both sides slices of one variable (``x[:-1] <= x[1:]``)."""
+    sides = c.args
+    if not all(isinstance(t, (index, special_index)) and isinstance(t.args[0], cp.Variable)
+               for t in sides):
+        return False
+    return sides[0].args[0].id == sides[1].args[0].id
 
 
 def _p(expr) -> float:
