@@ -246,6 +246,33 @@ def test_dense_newton_systems_match_clarabel(monkeypatch, loss, dup):
     lagrangian_check(prob, x, M, y, loss)
 
 
+@pytest.mark.parametrize("loss", ["en", "l2"])
+@pytest.mark.parametrize("n,dup,bounds", [(5, False, "box"), (40, True, "box"), (80, False, "nonneg")])
+def test_level_eliminated_newton_systems_match_clarabel(monkeypatch, loss, n, dup, bounds):
+    """The dense path with independent sets eliminated first (forced at small sizes): same
+    optimum as Clarabel, duals certified and by the Lagrangian; tiny, duplicate-row and
+    bound-only-below instances."""
+    from cvxdp.solvers.consistency import dense_kkt, ipm, level_cholesky
+    tails = []
+
+    class Recording(dense_kkt.DenseKKT):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            tails.append((self.tail, self.n))
+    monkeypatch.setattr(ipm, "DenseKKT", Recording)
+    monkeypatch.setattr(ipm, "_QDLDL_MAX", 2)
+    monkeypatch.setattr(level_cholesky, "_MIN_SAVED_FLOPS", 0.0)
+    monkeypatch.setattr(level_cholesky, "_MAX_DENSITY", 1.0)       # small matrices are dense
+    prob, x, M, y = instance(n, loss, bounds, 21 + n, dup=dup)
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == cp.OPTIMAL and es["info"]["route"] == ROUTES[loss]
+    assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref)) and es["duals_certified"]
+    assert tails and all(t < m for t, m in tails)          # levels were eliminated
+    lagrangian_check(prob, x, M, y, loss)
+
+
 def test_an_early_iterate_the_caller_accepts_ends_the_interior_point():
     """``accept`` sees the first iterate at each of ``_EARLY_TOLS`` (one iterate may meet
     several: then once); accepted, it is returned."""
