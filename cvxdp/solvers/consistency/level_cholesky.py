@@ -134,6 +134,8 @@ class LevelCholesky:
 
     def forward(self, v: np.ndarray) -> np.ndarray:
         """``L^{-1} v`` (a new array)."""
+        if not self._levels:                     # all dense: no copies through the index
+            return self._tail_solve(np.asarray(v, dtype=np.float64), 0)
         u = np.array(v, dtype=np.float64, copy=True)
         for (_, _, Ig, Jg), (D, sqrtD, E, _) in zip(self._levels, self._factors):
             wI = u[Ig]
@@ -146,6 +148,8 @@ class LevelCholesky:
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         """``L^{-T} u`` (a new array)."""
+        if not self._levels:
+            return self._tail_solve(np.asarray(u, dtype=np.float64), 1)
         z = np.array(u, dtype=np.float64, copy=True)
         if self._tail.size:
             z[self._tail] = self._tail_solve(z[self._tail], 1)
