@@ -261,6 +261,7 @@ def test_level_eliminated_newton_systems_match_clarabel(monkeypatch, loss, n, du
             tails.append((self.tail, self.n))
     monkeypatch.setattr(ipm, "DenseKKT", Recording)
     monkeypatch.setattr(ipm, "_QDLDL_MAX", 2)
+    monkeypatch.setattr(ipm, "_DENSE_PRODUCTS", 0)        # not the small problems' path
     monkeypatch.setattr(level_cholesky, "_MIN_SAVED_FLOPS", 0.0)
     monkeypatch.setattr(level_cholesky, "_MAX_DENSITY", 1.0)       # small matrices are dense
     prob, x, M, y = instance(n, loss, bounds, 21 + n, dup=dup)

@@ -43,6 +43,7 @@ import qdldl
 from .._blas import threads
 from .._ldl import PatternLDL
 import scipy.linalg as la
+from scipy.linalg import blas
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -273,15 +274,22 @@ class _Solver:
         self.verbose = verbose
         n, nr, p = P.d.n, P.R.shape[0], P.A.shape[0]
         self.n, self.nr, self.p = n, nr, p
+        self._lu = None
+        self._ldl = PatternLDL()
+        self._fill_checked = False
+        self._dense: DenseKKT | None = None
+        self._asm: _Assembly | None = None
+        if not sp.issparse(P.Rp):
+            # small (dense products): H = R^T Phi R by one BLAS product and LAPACK's Cholesky;
+            # the sparse assembly's set-up alone took 1.7 ms of a 17 ms solve at n = 100
+            self.mode = "small"
+            self._dense = DenseKKT(n, P.Ap, None)
+            return
         if _QDLDL_MAX < n + p and n <= _DENSE_MAX:
             self.mode = "dense"
         else:
             self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
-        self._lu = None
-        self._ldl = PatternLDL()
         self._asm = _Assembly(P.R, P.A)
-        self._fill_checked = False
-        self._dense: DenseKKT | None = None
 
     # ---------------------------------------------------------------- start and scaling
     def _start(self):
@@ -416,16 +424,44 @@ class _Solver:
             dp = np.where(P.split, z["sp"] / np.where(P.split, z["p"], 1.0), 0.0)
             dq = np.where(P.split, z["sq"] / np.where(P.split, z["q"], 1.0), 0.0)
             dg = np.where(P.edge, z["sg"] / np.where(P.edge, z["g"], 1.0), 0.0)
-        c2 = self.c2
-        # per-row 2x2 Hessian of (p, q): [[c2 + dp, -c2], [-c2, c2 + dq]]
-        det = c2 * (dp + dq) + dp * dq
-        phi = np.where(P.split, det / np.where(P.split, dp + dq, 1.0),
-                       np.where(P.vrow, c2, dg))
-        self.h = dict(hl=hl, hu=hu, dp=dp, dq=dq, dg=dg, det=det, phi=phi)
+            c2 = self.c2
+            # per-row 2x2 Hessian of (p, q): [[c2 + dp, -c2], [-c2, c2 + dq]]
+            det = c2 * (dp + dq) + dp * dq
+            phi = np.where(P.split, det / np.where(P.split, dp + dq, 1.0),
+                           np.where(P.vrow, c2, dg))
+            self.h = self._elimination(z, dp, dq, dg, det, phi)
         return self._assemble(phi, hl + hu, reg)
+
+    def _elimination(self, z, dp, dq, dg, det, phi) -> dict:
+        """What the two directions of an iteration share: the primal slacks ``t`` and each
+        row's private step as ``u + k dy`` (see :meth:`_direction`), ``u`` linear in the
+        right-hand sides ``bp, bq`` with the coefficients ``up = ep_p bp + c_pq bq``,
+        ``uq = c_pq bp + eq_q bq``."""
+        P, c2 = self.P, self.c2
+        split, vrow, edge = P.split, P.vrow, P.edge
+        h = dict(phi=phi,
+                 tl=np.where(P.lo_f, z["x"] - P.l, 1.0), tu=np.where(P.up_f, P.u - z["x"], 1.0),
+                 tp=np.where(split, z["p"], 1.0), tq=np.where(split, z["q"], 1.0),
+                 tg=np.where(edge, z["g"], 1.0))
+        # p,q: [[a, -c],[-c, e]] [dp; dq] = [bp - dy; bq + dy]  (a = c2 + dp, e = c2 + dq),
+        # inverse 1/det [[e, c],[c, a]]
+        det = np.where(split, det, 1.0)
+        a_, e_ = c2 + dp, c2 + dq
+        h["ep"] = np.where(split, e_ / det, 0.0)
+        h["cpq"] = np.where(split, c2 / det, 0.0)
+        h["aq"] = np.where(split, a_ / det, 0.0)
+        h["kp"] = np.where(split, (c2 - e_) / det, 0.0)       # coefficient of dy in dp
+        h["kq"] = np.where(split, (a_ - c2) / det, 0.0)       # coefficient of dy in dq
+        cv = np.where(vrow, c2, 1.0)
+        h["iv"], h["kv"] = np.where(vrow, 1.0 / cv, 0.0), np.where(vrow, -1.0 / cv, 0.0)
+        cg = np.where(edge, dg, 1.0)
+        h["kg"] = np.where(edge, 1.0 / cg, 0.0)
+        return h
 
     def _assemble(self, phi, Hx, reg):
         """Factorise ``[-(Hx + R^T Phi R)  A^T; A  d I]`` (regularised)."""
+        if self.mode == "small":
+            return self._assemble_small(phi, Hx, reg)
         asm = self._asm
         hdata = asm.h_values(phi, Hx)
         self._H = asm.h_matrix(hdata.copy())         # unregularised, for the refinement
@@ -451,6 +487,29 @@ class _Solver:
             return False
         return True
 
+    def _assemble_small(self, phi, Hx, reg) -> bool:
+        """The dense ``H``'s lower triangle by BLAS's ``syrk`` on ``Phi^{1/2} R``."""
+        P = self.P
+        self._H = None
+        self._phi_hx = (phi, Hx)                        # H v = R^T (phi R v) + Hx v
+        with np.errstate(invalid="ignore", over="ignore"):
+            H = blas.dsyrk(1.0, np.sqrt(phi)[:, None] * P.Rp, trans=1, lower=1)
+        diag = np.einsum("ii->i", H)                    # a writable view of the diagonal
+        diag += Hx
+        diag_scale = max(float(np.abs(diag).max(initial=0.0)), 1e-300)
+        if not math.isfinite(diag_scale):
+            return False
+        self.reg = reg * diag_scale
+        diag += self.reg
+        return self._dense.factor(H, max(reg, _DUAL_REG) * diag_scale)
+
+    def _h_times(self, v: np.ndarray) -> np.ndarray:
+        """The unregularised ``H v``."""
+        if self._H is not None:
+            return self._H @ v
+        phi, Hx = self._phi_hx
+        return self.P.RTp @ (phi * (self.P.Rp @ v)) + Hx * v
+
     def _fill_makes_dense(self) -> bool:
         """After the first sparse factorisation: when the fill made it nearly dense, LAPACK's
         dense Cholesky takes over from this iteration on (random 0/1 rows: ``sum c_j^2`` about
@@ -471,7 +530,7 @@ class _Solver:
         dx, dy = self._apply(fx, fA)
         scale = 1.0 + float(max(np.abs(fx).max(initial=0.0), np.abs(fA).max(initial=0.0)))
         for _ in range(_REFINE):
-            r1 = fx - (-(self._H @ dx) + self.P.ATp @ dy)
+            r1 = fx - (-self._h_times(dx) + self.P.ATp @ dy)
             r2 = fA - self.P.Ap @ dx
             # refined to rounding level: looser directions were measured to cost interior-point
             # iterations (stopping once a step gained less than a digit: 16 instead of 11)
@@ -483,9 +542,9 @@ class _Solver:
 
     def _apply(self, fx, fA):
         """The regularised system's solution from the current factorisation."""
-        rhs = np.r_[fx, fA]
-        if self.mode == "dense":
+        if self.mode in ("dense", "small"):
             return self._dense.solve(fx, fA)
+        rhs = np.concatenate((fx, fA))
         sol = self._ldl.solve(rhs) if self.mode == "qdldl" else self._lu.solve(rhs)
         return sol[:self.n], sol[self.n:]
 
@@ -494,40 +553,23 @@ class _Solver:
         (a dict of ``sigma mu - t s - corrections`` per bound)."""
         P, h = self.P, self.h
         rR, rA, ex, ep, eq_, ev, eg = res
-        c2 = self.c2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tl = np.where(P.lo_f, z["x"] - P.l, 1.0)
-            tu = np.where(P.up_f, P.u - z["x"], 1.0)
-            tp = np.where(P.split, z["p"], 1.0)
-            tq = np.where(P.split, z["q"], 1.0)
-            tg = np.where(P.edge, z["g"], 1.0)
+        tl, tu, tp, tq, tg = h["tl"], h["tu"], h["tp"], h["tq"], h["tg"]
         # linearised: (grad of col) d - constraint^T dy - ds_lo + ds_up = -dual residual, with
         # ds = (rc - s dt) / t ; so per column:  Hcol dcol - a^T dy = -e + rc_lo/t - rc_up/t
-        bx = -ex + np.where(P.lo_f, rc["l"] / tl, 0.0) - np.where(P.up_f, rc["u"] / tu, 0.0)
-        bp = -ep + np.where(P.split, rc["p"] / tp, 0.0)
-        bq = -eq_ + np.where(P.split, rc["q"] / tq, 0.0)
-        bv = -ev
-        bg = -eg + np.where(P.edge, rc["g"] / tg, 0.0)
+        # (rc is zero off its mask: no masks needed here)
+        bx = rc["l"] / tl - rc["u"] / tu - ex
+        bp = rc["p"] / tp - ep
+        bq = rc["q"] / tq - eq_
+        bg = rc["g"] / tg - eg
         # row i: R_i dx - dp + dq - dv + dg = rR_i ; columns: p: (c2+dp) dp_ - c2 dq_ + dy = bp
         # (constraint coefficient of p is -1: "- a^T dy" = + dy), q: -c2 dp_ + (c2+dq) dq_ - dy = bq,
         # v: c2 dv + dy = bv, g: dg_ * dg - dy = bg.
-        # Eliminate: express each row's private step as u_i + k_i dy_i, then the row equation
-        # gives dy_i = phi_i (R_i dx - rR_i + (const part)).
-        det = np.where(P.split, h["det"], 1.0)
-        # p,q: [[a, -c],[-c, e]] [dp; dq] = [bp - dy; bq + dy]  (a = c2 + dp, e = c2 + dq)
-        a_ = c2 + h["dp"]
-        e_ = c2 + h["dq"]
-        # inverse: 1/det [[e, c],[c, a]]
-        up = (e_ * bp + c2 * bq) / det
-        uq = (c2 * bp + a_ * bq) / det
-        kp = (-e_ + c2) / det          # coefficient of dy in dp
-        kq = (-c2 + a_) / det          # coefficient of dy in dq
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cv = np.where(P.vrow, c2, 1.0)
-            uv, kv = np.where(P.vrow, bv / cv, 0.0), np.where(P.vrow, -1.0 / cv, 0.0)
-            cg = np.where(P.edge, h["dg"], 1.0)
-            ug, kg = np.where(P.edge, bg / cg, 0.0), np.where(P.edge, 1.0 / cg, 0.0)
-        up, uq, kp, kq = (np.where(P.split, t, 0.0) for t in (up, uq, kp, kq))
+        # Eliminate: express each row's private step as u_i + k_i dy_i (the coefficients from
+        # :meth:`_elimination`), then the row equation gives dy_i = phi_i (R_i dx - rR_i + ...)
+        up = h["ep"] * bp + h["cpq"] * bq
+        uq = h["cpq"] * bp + h["aq"] * bq
+        uv = -h["iv"] * ev
+        ug = h["kg"] * bg
         # row: R dx - (up + kp dy) + (uq + kq dy) - (uv + kv dy) + (ug + kg dy) = rR
         # -> R dx + (kq - kp - kv + kg) dy = rR + up - uq + uv - ug ; kq - kp - kv + kg = 1/phi
         const = rR + up - uq + uv - ug
@@ -537,8 +579,8 @@ class _Solver:
         fx = -(bx + P.RTp @ (phi * const))
         dx, dyA = self._solve_reduced(fx, rA)
         dyR = phi * (const - P.Rp @ dx)
-        d = dict(x=dx, yA=dyA, yR=dyR,
-                 p=up + kp * dyR, q=uq + kq * dyR, v=uv + kv * dyR, g=ug + kg * dyR)
+        d = dict(x=dx, yA=dyA, yR=dyR, p=up + h["kp"] * dyR, q=uq + h["kq"] * dyR,
+                 v=uv + h["kv"] * dyR, g=ug + h["kg"] * dyR)
         d["sl"] = np.where(P.lo_f, (rc["l"] - z["sl"] * dx) / tl, 0.0)
         d["su"] = np.where(P.up_f, (rc["u"] + z["su"] * dx) / tu, 0.0)
         d["sp"] = np.where(P.split, (rc["p"] - z["sp"] * d["p"]) / tp, 0.0)
