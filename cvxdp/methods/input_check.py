@@ -166,6 +166,8 @@ def _array_data(node: Any) -> Iterator[Any]:
 def _bad_entry(value: Any) -> str | None:
     """``"NaN at index (3,)"``-style text for the first bad entry, or ``None``."""
     if sp.issparse(value):
+        if _sparse_values_pass(value, lambda v: np.isfinite(v).all()):
+            return None
         coo = value.tocoo()
         if np.iscomplexobj(coo.data):
             return "complex entries"
@@ -189,6 +191,14 @@ def _bad_entry(value: Any) -> str | None:
             f"({count} bad entr{'y' if count == 1 else 'ies'})")
 
 
+def _sparse_values_pass(value: Any, test: Callable[[np.ndarray], bool]) -> bool:
+    """``test`` on a sparse matrix's stored values without converting it (a real CSR, CSC or
+    COO matrix); ``False`` sends the caller to the conversion that locates the entry."""
+    data = getattr(value, "data", None)
+    return (isinstance(data, np.ndarray) and data.dtype.kind in "biuf"
+            and bool(test(data)))
+
+
 def _kind(x: Any) -> str:
     x = float(x)
     return "NaN" if np.isnan(x) else ("+inf" if x > 0 else "-inf")
@@ -198,6 +208,8 @@ def _too_large(value: Any, limit: float) -> str | None:
     """``"magnitude 1e+300 at index (3,)"`` for the first entry above ``limit``, or ``None``
     (non-finite entries are :func:`check_problem_data`'s)."""
     if sp.issparse(value):
+        if _sparse_values_pass(value, lambda v: np.abs(v).max(initial=0.0) <= limit):
+            return None
         coo = value.tocoo()
         big = np.flatnonzero(np.abs(coo.data) > limit)
         if not big.size:

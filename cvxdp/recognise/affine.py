@@ -156,9 +156,13 @@ class Linearizer:
         if a.is_constant() and b.ndim <= 1:
             A = a.value
             A = sp.csr_matrix(A) if sp.issparse(A) else np.atleast_2d(np.asarray(A, dtype=float))
-            M, c = self._lin(b)
             if A.shape[1] != b.size:
                 return self._fallback(e)
+            if isinstance(b, Variable) and b.id in self.offsets:
+                # A @ x: A's columns moved to x's place (the product with x's selection
+                # matrix cost scipy's overhead several times over)
+                return _shifted(A, self.offsets[b.id], self.n), np.zeros(A.shape[0])
+            M, c = self._lin(b)
             return sp.csr_matrix(A @ M), np.asarray(A @ c).ravel()
         if b.is_constant() and a.ndim <= 1:
             B = b.value
@@ -243,6 +247,16 @@ def _is_identity(C: sp.csr_matrix) -> bool:
         return False
     C = C.tocoo()
     return bool(np.all(C.row == C.col) and np.all(C.data == 1.0))
+
+
+def _shifted(A, offset: int, n: int) -> sp.csr_matrix:
+    """``A`` (dense or sparse, ``m x k``) as the columns ``offset .. offset + k`` of an
+    ``m x n`` CSR matrix."""
+    A = sp.csr_matrix(A, dtype=float)
+    # copies: the caller's matrix may share these arrays, and the result is cleaned in place
+    out = sp.csr_matrix((A.data.copy(), A.indices + offset, A.indptr.copy()), shape=(A.shape[0], n))
+    out.sum_duplicates()
+    return out
 
 
 def _broadcast(M, c, from_shape, to_shape):
