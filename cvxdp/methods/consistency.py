@@ -44,6 +44,9 @@ __all__ = ["ConsistencyADMM", "OPTIONS", "unstack"]
 
 # problems with more unknowns are never small enough for the pre-recognition check
 _SMALL_SCAN = 10_000
+#: the cost model's two ADMM kinds on general equalities: targets mostly inside their bounds
+#: or not (:func:`_pushed_share`)
+_PUSHED_SHARE = 0.43
 
 #: the options of ``cvxdp.ADMM``, for every family it solves
 OPTIONS = OptionSet.build(ADMM, max_iters=admm_solver.ADMMSettings.max_iters,
@@ -168,7 +171,27 @@ def _cost_family(data) -> str:
         return f"general_exact/{loss}"           # the LP (HiGHS) or the interior point
     if data.has_chains and not data.has_eq:
         return f"admm_order/{loss}"              # order chains: PAVA in the splitting
+    if loss == "l2" and _pushed_share(data) < _PUSHED_SHARE:
+        return "admm_general_inside/l2"          # few targets outside the bounds
     return f"admm_general/{loss}"
+
+
+def _pushed_share(data) -> float:
+    """The share of the loss's per-coordinate targets outside their bounds (``1`` when the
+    loss is not separable): the coordinates the bounds will push.  The ADMM on general
+    equalities needs several times the iterations when many are (measured on tables of two,
+    three and four attributes with every cell measured, the one-way marginals known and
+    ``x >= 0``: a share up to 0.40, 31-61 iterations; 0.46-0.48, 51-221).  Squared losses
+    only: with absolute-value terms the same tables with few empty cells took longer, not
+    shorter (calibration of 2026-12-06, ``benchmarks/results/cost_model.txt``)."""
+    sep = data.separable_loss()
+    if sep is None:
+        return 1.0
+    has_loss = (sep.w1 > 0) | (sep.w2 > 0)
+    if not has_loss.any():
+        return 0.0
+    outside = (sep.y < sep.lower) | (sep.y > sep.upper)
+    return float(np.mean(outside[has_loss]))
 
 
 def _map_duals(ext: Extraction, duals: dict) -> dict[int, Any]:
