@@ -384,3 +384,32 @@ def test_the_small_limit_is_the_smallest_crossover(monkeypatch):
     monkeypatch.setitem(cost_model.FITS, "general_exact/l2", ((100, 0.01, 0.02), (1000, 1.0, 0.2)))
     t_c, t_s = cost_model.estimates("general_exact/l2", 10 ** 2.5)
     assert t_c == pytest.approx(0.1) and t_s == pytest.approx(0.2 / 10 ** 0.5)
+
+
+def _table(empty, loss, sizes=(12, 10), seed=3):
+    rng = np.random.default_rng(seed)
+    counts = np.floor(rng.pareto(1.5, int(np.prod(sizes))) * 10) + 1
+    counts[rng.random(counts.size) < empty] = 0.0
+    Q = cvxdp.workloads.marginals(sizes, [(0,), (1,)])
+    y = counts + rng.laplace(0, 2.0, counts.size)
+    z = cp.Variable(counts.size)
+    obj = cp.sum_squares(z - y) if loss == "l2" else cp.norm1(z - y)
+    return cp.Problem(cp.Minimize(obj), [Q @ z == Q @ counts, z >= 0]), y
+
+
+@pytest.mark.parametrize("empty, loss, family", [
+    (0.3, "l2", "admm_general_inside/l2"),      # few noisy answers below zero
+    (0.9, "l2", "admm_general/l2"),             # about half of them: the bounds push many
+    (0.3, "l1", "admm_general/l1"),             # absolute losses are not split
+])
+def test_general_equalities_are_told_apart_by_the_targets_outside_their_bounds(empty, loss, family):
+    from cvxdp.methods.consistency import _PUSHED_SHARE
+    prob, y = _table(empty, loss)
+    share = float(np.mean(y < 0))
+    assert (share < _PUSHED_SHARE) == (empty == 0.3)
+    found, size = cost_model.size_of(cvxdp.ADMM, prob)
+    assert (found, size) == (family, y.size) and found in cost_model.FITS
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    ref = _table(empty, loss)[0]
+    ref.solve(solver=cp.CLARABEL)
+    assert prob.status == cp.OPTIMAL and prob.value == pytest.approx(ref.value, rel=1e-6, abs=1e-6)
