@@ -133,26 +133,3 @@ def test_dense_kkt_with_levels(always_levels, p):
     want = np.linalg.solve(K, np.r_[fx, fA])
     np.testing.assert_allclose(np.r_[dx, dy], want, atol=1e-7 * np.abs(want).max())
 
-
-@pytest.mark.parametrize("p", [0, 1, 6])
-def test_dense_kkt_from_a_dense_matrix(p):
-    """Without a pattern (the interior point's small problems): ``H`` as a dense array, only
-    its lower triangle read, ``A`` dense; the same solution as numpy's, and a matrix that is
-    not positive definite refused."""
-    n = 40
-    rng = np.random.default_rng(p)
-    R = rng.standard_normal((70, n))
-    H = R.T @ R + 0.1 * np.eye(n)
-    A = rng.standard_normal((p, n))
-    d = 1e-9
-    kkt = DenseKKT(n, A, None)
-    assert kkt.tail == n
-    lower = np.tril(H) + np.triu(np.full((n, n), np.nan), 1)      # the upper triangle unread
-    assert kkt.factor(lower, d)
-    fx, fA = rng.standard_normal(n), rng.standard_normal(p)
-    dx, dy = kkt.solve(fx, fA)
-    K = np.block([[-H, A.T], [A, d * np.eye(p)]])
-    want = np.linalg.solve(K, np.r_[fx, fA])
-    np.testing.assert_allclose(np.r_[dx, dy], want, atol=1e-8 * np.abs(want).max())
-    indefinite = H - 2.0 * np.abs(np.linalg.eigvalsh(H)).max() * np.eye(n)
-    assert not kkt.factor(indefinite, d)

@@ -42,18 +42,14 @@ _THREADED = 4000
 class DenseKKT:
     """Factorise and solve the system above for a fixed ``A`` (sparse or dense) and ``H``
     given by its values on the CSC pattern ``pattern = (indptr, indices)`` (n x n, both
-    triangles), or, with ``pattern=None``, as a dense array (its lower triangle is read)."""
+    triangles)."""
 
-    def __init__(self, n: int, A, pattern: tuple[np.ndarray, np.ndarray] | None) -> None:
+    def __init__(self, n: int, A, pattern: tuple[np.ndarray, np.ndarray]) -> None:
         self.n, self.p = n, A.shape[0]
-        if pattern is None:
-            self._indptr = self._indices = None
-            self._chol = LevelCholesky.dense(n)
-        else:
-            indptr, indices = pattern
-            self._indptr, self._indices = indptr, indices
-            self._chol = LevelCholesky(sp.csc_matrix((np.ones(len(indices)), indices, indptr),
-                                                     shape=(n, n)))
+        indptr, indices = pattern
+        self._indptr, self._indices = indptr, indices
+        self._chol = LevelCholesky(sp.csc_matrix((np.ones(len(indices)), indices, indptr),
+                                                 shape=(n, n)))
         if self.p:
             AT = A.T.toarray() if sp.issparse(A) else np.asarray(A, dtype=float).T
             self._AT = np.asfortranarray(AT)
@@ -65,8 +61,7 @@ class DenseKKT:
         return self._chol.tail
 
     def factor(self, hdata: np.ndarray, dreg: float) -> bool:
-        """``H = L L^T`` (``H`` given by its pattern's values ``hdata``, or the dense ``H``
-        itself without a pattern) and the Schur
+        """``H = L L^T`` (``H`` given by its pattern's values ``hdata``) and the Schur
         complement's Cholesky factor; ``False`` when ``H`` is not numerically positive
         definite."""
         if self._chol.tail < _THREADED:
@@ -78,8 +73,7 @@ class DenseKKT:
 
     def _factor(self, hdata: np.ndarray, dreg: float) -> bool:
         n = self.n
-        H = hdata if self._indptr is None else sp.csc_matrix((hdata, self._indices, self._indptr),
-                                                              shape=(n, n))
+        H = sp.csc_matrix((hdata, self._indices, self._indptr), shape=(n, n))
         if not self._chol.factor(H):
             return False
         if self.p:

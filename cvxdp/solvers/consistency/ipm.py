@@ -279,10 +279,11 @@ class _Solver:
         self._dense: DenseKKT | None = None
         self._asm: _Assembly | None = None
         if not sp.issparse(P.Rp):
-            # small (dense products): H = R^T Phi R by one BLAS product and LAPACK's Cholesky;
-            # the sparse assembly's set-up alone took 1.7 ms of a 17 ms solve at n = 100
+            # small (dense products): H = R^T Phi R by one BLAS product and the whole KKT
+            # matrix by LAPACK's LU; the sparse assembly's set-up alone took 1.7 ms of a 17 ms
+            # solve at n = 100
             self.mode = "small"
-            self._dense = DenseKKT(n, P.Ap, None)
+            self._small_lu = None
             return
         if _QDLDL_MAX < n + p and n <= _DENSE_MAX:
             self.mode = "dense"
@@ -487,7 +488,12 @@ class _Solver:
         return True
 
     def _assemble_small(self, phi, Hx, reg) -> bool:
-        """The dense ``H``'s lower triangle by BLAS's ``syrk`` on ``Phi^{1/2} R``."""
+        """The dense ``H`` by BLAS's ``syrk`` on ``Phi^{1/2} R`` (its lower triangle, then
+        mirrored), and ``[-H  A^T; A  d I]`` by LU with partial pivoting: not by ``H``'s
+        Cholesky factor and ``A``'s Schur complement, which squares the conditioning (a
+        column no loss row reads has only the barrier's curvature, and with duplicate rows
+        of ``A`` the complement's rounding outgrew its regularisation: a local polytope of 18
+        cells whose interior point gave up, where the quasi-definite LDL converged)."""
         P = self.P
         self._H = None
         self._phi_hx = (phi, Hx)                        # H v = R^T (phi R v) + Hx v
@@ -500,7 +506,20 @@ class _Solver:
             return False
         self.reg = reg * diag_scale
         diag += self.reg
-        return self._dense.factor(H, max(reg, _DUAL_REG) * diag_scale)
+        n = self.n
+        K = np.empty((n + self.p, n + self.p), order="F")
+        K[:n, :n] = -H
+        K[:n, :n] -= np.tril(H, -1).T
+        if self.p:
+            K[n:, :n] = P.Ap
+            K[:n, n:] = P.ATp
+            K[n:, n:] = np.diag(np.full(self.p, max(reg, _DUAL_REG) * diag_scale))
+        lu, piv, info = lapack.dgetrf(K, overwrite_a=1)
+        if info != 0 or not np.all(np.isfinite(lu.diagonal())):
+            self._small_lu = None
+            return False
+        self._small_lu = (lu, piv)
+        return True
 
     def _h_times(self, v: np.ndarray) -> np.ndarray:
         """The unregularised ``H v``."""
@@ -541,7 +560,10 @@ class _Solver:
 
     def _apply(self, fx, fA):
         """The regularised system's solution from the current factorisation."""
-        if self.mode in ("dense", "small"):
+        if self.mode == "small":
+            sol = lapack.dgetrs(*self._small_lu, np.concatenate((fx, fA)))[0]
+            return sol[:self.n], sol[self.n:]
+        if self.mode == "dense":
             return self._dense.solve(fx, fA)
         rhs = np.concatenate((fx, fA))
         sol = self._ldl.solve(rhs) if self.mode == "qdldl" else self._lu.solve(rhs)
@@ -632,10 +654,19 @@ class _Solver:
     def run(self, deadline: float, accept=None) -> IPMResult | None:
         z = self._start()
         best, best_it = (math.inf, None), 0
+        # the last iteration that cut mu tenfold and the primal residual by half: progress
+        # the accuracy may not show (its relative gap grows while a large objective falls to
+        # its small optimum: a local polytope with answers of 1e6-1e7 and a total of 1e4
+        # was given up after 11 iterations whose mu and residuals fell by 1e4 and 5e5)
+        moved_it, moved = 0, (math.inf, math.inf)
         it = tries = 0
         for it in range(1, _MAX_ITERS + 1):
             res = self._residuals(z)
             acc = self._accuracy(z, res)
+            mu = self._mu(z)
+            prim = max(float(np.abs(res[0]).max(initial=0.0)), float(np.abs(res[1]).max(initial=0.0)))
+            if mu <= 0.1 * moved[0] and prim <= 0.5 * moved[1]:
+                moved_it, moved = it, (mu, prim)
             if self.verbose:
                 _LOG.info(f"ipm {it:3d} acc {acc:.2e} mu {self._mu(z):.2e} " + " ".join(
                     f"{float(np.abs(a).max(initial=0.0)):.1e}" for a in res) + " obj %.6e %.6e" % self._objectives(z))
@@ -650,11 +681,10 @@ class _Solver:
                 tries = sum(acc <= t for t in _EARLY_TOLS)        # each accuracy once
             if it - best_it >= _STALL and best[0] <= _LOOSE_TOL:
                 break
-            if it - best_it >= _NO_PROGRESS:             # diverging (infeasible constraints)
+            if it - max(best_it, moved_it) >= _NO_PROGRESS:   # diverging (infeasible constraints)
                 break
             if time.perf_counter() > deadline:
                 return None
-            mu = self._mu(z)
             for reg in _REGS:
                 if not self._factor(z, reg):
                     continue

@@ -93,25 +93,14 @@ class LevelCholesky:
         self._factors: list | None = None
         self._L: np.ndarray | None = None
 
-    @classmethod
-    def dense(cls, n: int) -> "LevelCholesky":
-        """No levels, every unknown to LAPACK: ``factor`` then takes ``H`` as a dense array
-        too (its lower triangle is read).  For small matrices, where finding levels and
-        scattering a sparse ``H`` cost more than the factorisation."""
-        self = cls.__new__(cls)
-        self.n, self._levels, self._tail = n, [], np.arange(n)
-        self._buffer = np.zeros(n * n)
-        self._factors, self._L = None, None
-        return self
-
     @property
     def tail(self) -> int:
         """Unknowns left to the dense factorisation."""
         return int(self._tail.size)
 
-    def factor(self, H: sp.spmatrix | np.ndarray) -> bool:
-        """Factorise ``H`` (its pattern within the one given; a dense array without levels);
-        ``False`` when it is not numerically positive definite."""
+    def factor(self, H: sp.spmatrix) -> bool:
+        """Factorise ``H`` (its pattern within the one given); ``False`` when it is not
+        numerically positive definite."""
         S = sp.csr_matrix(H) if self._levels else H
         self._factors, self._L = None, None
         factors = []
@@ -126,13 +115,10 @@ class LevelCholesky:
         m = self._tail.size
         if m:
             flat = self._buffer
+            flat.fill(0.0)
+            C = S.tocoo()
+            flat[C.row.astype(np.int64) + C.col.astype(np.int64) * m] = C.data
             F = flat.reshape((m, m), order="F")     # a view: potrf factorises in place
-            if isinstance(S, np.ndarray):
-                F[...] = S
-            else:
-                flat.fill(0.0)
-                C = S.tocoo()
-                flat[C.row.astype(np.int64) + C.col.astype(np.int64) * m] = C.data
             L, info = lapack.dpotrf(F, lower=1, clean=0, overwrite_a=1)
             if info != 0 or not np.all(np.isfinite(L.diagonal())):
                 return False
