@@ -59,6 +59,7 @@ from .repair import MarginFitter, SetRepair, mix
 from .tau import TAU_STEPS as _TAU_STEPS, per_cell as _per_cell, tau_bisect as _tau, \
     tau_root as _tau_root
 from ..marginal.loss import MarginalLoss
+from .exact import exact_multipliers
 from .problem import LocalProblem, LocalSettings
 
 __all__ = ["LocalSettings", "LocalProblem", "solve", "lower_bound"]
@@ -103,10 +104,12 @@ def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
     if reduction is not None:
         note = (f"{len(reduction.filled)} unmeasured cliques eliminated (filled in after), "
                 f"{len(problem.graph.cliques)} in the model")
-        return reduction.result(_solve(reduction.problem, s, state, t0, note))
-    res = _solve(problem, s, state, t0)
-    res.info["eliminated"] = 0
-    return res
+        res = reduction.result(_solve(reduction.problem, s, state, t0, note))
+    else:
+        res = _solve(problem, s, state, t0)
+        res.info["eliminated"] = 0
+    # optimal without certified multipliers: a small problem's exact ones (:mod:`.exact`)
+    return exact_multipliers(problem, s, res, t0)
 
 
 def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None, t0: float,
