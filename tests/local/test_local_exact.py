@@ -117,3 +117,52 @@ def test_the_consistency_rows_hold_exactly_on_consistent_tables(total):
     np.testing.assert_allclose(A @ t, b, atol=1e-12)
     t[3] += 0.5
     assert np.abs(A @ t - b).max() > 0.1
+
+
+def scales_case():
+    """The stress set's seed-11 ``local_scales`` instance 21 (its data to the last digit:
+    rounded, the optimum becomes an exact fit, another degenerate case): weights 1,000 on
+    answers of 400-10,000 with a total of 10,000, one absolute row, zero-weight cells."""
+    dom = cvxdp.Domain({"a0": 1, "a1": 3, "a2": 2, "a3": 3, "a4": 2})
+    x013, x0, x01 = cp.Variable((1, 3, 3)), cp.Variable(1), cp.Variable((1, 3))
+    x2, x4 = cp.Variable(2), cp.Variable(2)
+    y013 = np.array([[[410.47008482665785, 596.224481418982, 784.0604151778259],
+                      [698.5039436692488, 817.073834251145, 1579.383177131117],
+                      [1301.397029665592, 1720.0541568323188, 2092.8297044886685]]])
+    y01 = np.array([[1790.7572897158666, 3094.9619105116267, 5114.2818130898195]])
+    obj = (cp.sum_squares(1000.0 * (x013 - y013))
+           + cp.sum_squares(1000.0 * (x0 - 9999.999709102656))
+           + cp.sum_squares(cp.multiply(np.array([[1000.0, 1000.0, 0.0]]), x01 - y01))
+           + cp.norm1(cp.multiply(np.array([0.0, 1000.0]),
+                                  x2 - np.array([5005.602521436176, 4994.393909637455])))
+           + cp.sum_squares(cp.multiply(np.array([1000.0, 0.0]),
+                                        x4 - np.array([5328.930487777486, 4671.070178874035]))))
+    con = cvxdp.LocalPolytope({("a0", "a1", "a3"): x013, ("a0",): x0, ("a0", "a1"): x01,
+                               ("a2",): x2, ("a4",): x4}, dom, total=10000.0)
+    return cp.Problem(cp.Minimize(obj), [con])
+
+
+def test_the_interior_point_follows_mu_where_the_relative_gap_grows():
+    """Answers far above the total: the objective falls by orders of magnitude to a small
+    optimum and the relative accuracy first grows; the interior point goes on while mu and
+    the primal residual fall (it gave up after 11 iterations) and matches Clarabel."""
+    from cvxdp.recognise.clique_marginals import recognise_local
+    from cvxdp.solvers.local.problem import LocalProblem
+    prob = scales_case()
+    ext = recognise_local(prob)
+    lp = ext.constraint
+    data = exact.consistency_data(LocalProblem(lp.graph, ext.loss, lp.known_total()))
+    out = ipm.solve_qp(data)
+    assert out is not None and out.accuracy <= ipm._LOOSE_TOL
+    # the reference: the certified answer (Clarabel through the model's canonical form stops
+    # 2e-4 below it, slightly infeasible at this scale; on the arrays above it agrees to 1e-9)
+    ref = scales_case()
+    ref.solve(method="cvxdp", solver=cvxdp.ADMM)
+    assert ref.status == cp.OPTIMAL
+    assert data.objective(out.x) == pytest.approx(ref.value, rel=1e-7)
+    x = cp.Variable(data.n)
+    r = data.M @ x - data.y
+    direct = cp.Problem(cp.Minimize(data.w1 @ cp.abs(r) + 0.5 * cp.sum(cp.multiply(data.w2, cp.square(r)))),
+                        [data.A @ x == data.b, x >= 0])
+    direct.solve(solver=cp.CLARABEL, **TIGHT)
+    assert data.objective(out.x) == pytest.approx(direct.value, rel=1e-7)
