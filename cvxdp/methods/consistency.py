@@ -14,9 +14,10 @@ bounds and order chains (:mod:`cvxdp.recognise.consistency`).  The numerical lay
   nodes, where the loss is separable and consistency is the tree projection;
 * ``"ADMM separable/..."`` -- a separable loss and one constraint set, projected onto
   (``tree``: the two-pass projection; ``affine``: a cached factorisation; ``chains``: PAVA);
-* ``"LP (HiGHS interior point)"`` / ``"QP (interior point)"`` -- any other loss
-  matrix (the matrix mechanism), pure L1 / squared or elastic-net rows: the whole problem by
-  HiGHS / by the interior point of :mod:`cvxdp.solvers.consistency.ipm`, certified like the
+* ``"LP (HiGHS interior point)"`` (``"LP (HiGHS dual simplex)"`` for small LPs) /
+  ``"QP (interior point)"`` -- any other loss matrix (the matrix mechanism), pure L1 /
+  squared or elastic-net rows: the whole problem by HiGHS / by the interior point of
+  :mod:`cvxdp.solvers.consistency.ipm`, certified like the
   ADMM's results (:mod:`cvxdp.solvers.consistency.general_exact`);
 * ``"ADMM general"`` -- the same by the residual-split ADMM (``general_route="admm"``,
   ``polish=False`` or ``equality_split="penalty"``, or when the exact route does not certify).

@@ -104,7 +104,7 @@ def test_matrix_mechanism_form():
     x = cp.Variable(n)
     prob = cp.Problem(cp.Minimize(cvxdp.nll(meas, x)), [x >= 0])
     check_against(prob, rel_obj=1e-7)
-    assert prob.solver_stats.extra_stats["info"]["route"] == "LP (HiGHS interior point)"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "LP (HiGHS dual simplex)"
     check_against(prob, rel_obj=1e-7, general_route="admm")
     assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
 
@@ -276,7 +276,7 @@ def test_matrix_mechanism_random_ranges_with_known_total(seed):
     x = cp.Variable(n)
     prob = cp.Problem(cp.Minimize(cvxdp.nll(meas, x)), [x >= 0, cp.sum(x) == data.sum()])
     check_against(prob, rel_obj=1e-7)
-    assert prob.solver_stats.extra_stats["info"]["route"] == "LP (HiGHS interior point)"
+    assert prob.solver_stats.extra_stats["info"]["route"] == "LP (HiGHS dual simplex)"
     check_against(prob, rel_obj=1e-7, general_route="admm")
     assert prob.solver_stats.extra_stats["info"]["route"] == "ADMM general"
 
