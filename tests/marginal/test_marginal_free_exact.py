@@ -253,7 +253,7 @@ def test_kkt_normal_equations_and_augmented_system_solve_the_same_system():
         kkt = marginal_lp._KKT(A, A.T.tocsr())
         kkt.normal = normal
         assert kkt.factor(dvec, 1e-12)
-        sol = kkt.solve(K, rhs)
+        sol = kkt.solve(rhs)
         assert kkt.normal is normal                       # accurate: no switch
         assert np.abs(K @ sol - rhs).max() <= 1e-9 * (1 + np.abs(rhs).max())
         sols.append(sol)
@@ -267,9 +267,33 @@ def test_kkt_switches_to_the_augmented_system_when_the_normal_equations_miss(mon
     A, dvec, K, rhs = _kkt_system(1)
     kkt = marginal_lp._KKT(A, A.T.tocsr())
     assert kkt.factor(dvec, 1e-12)
-    sol = kkt.solve(K, rhs)
+    sol = kkt.solve(rhs)
     assert kkt.normal is False
     assert np.abs(K @ sol - rhs).max() <= 1e-9 * (1 + np.abs(rhs).max())
+    prob, mp, meta = cycle_model(1, chords="triples")
+    ref, _ = full_table(meta)
+    solve_and_check(prob, mp, ref)
+
+
+def test_kkt_normal_equations_by_levels(monkeypatch):
+    """Heavy normal equations go to LevelCholesky after QDLDL's first factorisation (forced
+    here at a small size, levels always taken): the same solutions, refined to rounding,
+    through new values on the same pattern; the interior point still solves a model."""
+    from cvxdp.solvers.consistency import level_cholesky
+    monkeypatch.setattr(marginal_lp, "_LEVEL_MIN_FLOPS", 0.0)
+    monkeypatch.setattr(marginal_lp, "_LEVEL_RATIO", 1e30)
+    monkeypatch.setattr(level_cholesky, "_MIN_SAVED_FLOPS", 0.0)
+    monkeypatch.setattr(level_cholesky, "_MAX_DENSITY", 1.0)
+    A, dvec, K, rhs = _kkt_system(2)
+    kkt = marginal_lp._KKT(A, A.T.tocsr())
+    assert kkt.factor(dvec, 1e-12)
+    assert kkt._levels is not None and kkt._levels.tail < A.shape[0]
+    for scale in (1.0, 1e3):
+        d = dvec * scale
+        assert kkt.factor(d, 1e-12)
+        Kd = sp.bmat([[sp.diags(-d), A.T], [A, None]], format="csc")
+        sol = kkt.solve(rhs)
+        assert kkt.normal and np.abs(Kd @ sol - rhs).max() <= 1e-9 * (1 + np.abs(rhs).max())
     prob, mp, meta = cycle_model(1, chords="triples")
     ref, _ = full_table(meta)
     solve_and_check(prob, mp, ref)
