@@ -306,3 +306,25 @@ def test_pure_l1_lps_by_size(n, bounds, route):
     assert prob.status == cp.OPTIMAL and es["info"]["route"] == route and es["duals_certified"]
     assert abs(val - ref) <= 1e-6 * max(1.0, abs(ref))
     lagrangian_check(prob, x, M, y, "l1")
+
+
+def test_a_long_vector_with_few_rows_is_not_a_small_problem():
+    """Few loss rows over many unknowns: the dense products would be small, the dense KKT
+    matrix ``(n + p)^2`` would not (10,000 unknowns: 800 MB and an LU of 7e11 flops per
+    iteration); it takes the sparse path and matches Clarabel."""
+    from cvxdp.recognise.consistency import recognise
+    from cvxdp.solvers.consistency import ipm
+    rng = np.random.default_rng(3)
+    n = 1000
+    Q = (rng.random((4, n)) < 0.3).astype(float)
+    x_true = rng.random(n) * 5
+    y = Q @ x_true + rng.normal(0, 1, 4)
+    E = sp.random(2, n, density=0.01, random_state=3, format="csr")
+    x = cp.Variable(n)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(Q @ x - y) + 0.5 * cp.norm1(Q @ x - y)),
+                      [E @ x == E @ x_true, x >= 0, x <= 10])
+    data = recognise(prob).data
+    assert ipm._Solver(ipm._Problem(data), False).mode != "small"
+    ref = prob.solve(solver=cp.CLARABEL, **TIGHT)
+    val = prob.solve(method="cvxdp", solver=cvxdp.ADMM, warm_start=False)
+    assert prob.status == cp.OPTIMAL and abs(val - ref) <= 1e-6 * max(1.0, abs(ref))

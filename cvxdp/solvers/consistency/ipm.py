@@ -95,8 +95,18 @@ _DENSE_FLOPS = 5e7
 _PAIRS_RATIO = 4
 _PAIRS_MIN = 200_000
 _DENSE_FRACTION = 0.15
-# matrix-vector products with dense copies of R and A up to this many entries
+# small problems: dense copies of R and A (products, the Newton matrix by syrk, the KKT matrix
+# by LU, the polish's system by LU) up to this many entries and this many unknowns (plus
+# equality rows): the dense KKT matrix is (n + p)^2 whatever the rows, so a long vector with a
+# handful of rows is not small
 _DENSE_PRODUCTS = 60_000
+_SMALL_UNKNOWNS = 400
+
+
+def _small(rows: int, n: int, p: int) -> bool:
+    """Whether a problem of ``rows`` loss / order rows, ``n`` unknowns and ``p`` equality rows
+    takes the small problems' dense path (see :data:`_DENSE_PRODUCTS`)."""
+    return (rows + p) * n <= _DENSE_PRODUCTS and n + p <= _SMALL_UNKNOWNS
 
 
 class IPMResult:
@@ -138,7 +148,7 @@ class _Problem:
         self.b = d.b if has_eq(d) else np.zeros(0)
         # the products' operands: dense for a small problem, where scipy's sparse product
         # costs ~10 us of overhead against numpy's ~1 us and a solve makes ~200 of them
-        small = (self.R.shape[0] + self.A.shape[0]) * n <= _DENSE_PRODUCTS
+        small = _small(self.R.shape[0], n, self.A.shape[0])
         self.Rp, self.RTp, self.Ap, self.ATp = (
             (m.toarray() if small else m) for m in (self.R, self.RT, self.A, self.AT))
         self.lo_f, self.up_f = np.isfinite(d.lower), np.isfinite(d.upper)
@@ -781,7 +791,7 @@ def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
     at_lo, at_hi, kink = res.at_lo.copy(), res.at_hi.copy(), res.kink & (d.w1 > 0)
     M = d.M.tocsr()
     A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, d.n))
-    if (M.shape[0] + A.shape[0]) * d.n <= _DENSE_PRODUCTS:
+    if _small(M.shape[0], d.n, A.shape[0]):
         # small: dense arrays (scipy's column slicing and stacking were half the polish)
         M, A = M.toarray(), A.toarray()
     sigma = np.sign(M @ res.x - d.y)
