@@ -5,7 +5,9 @@ Clarabel cannot) solve the same cvxpy model; the run counts, per family and kind
 
 * ``false_optimal``: status ``optimal`` with a point violating a constraint by more than
   ``eps_abs`` (plus the rounding floor), or an objective more than ``eps_rel`` (relative,
-  ``max(1, |f|)``) above the reference's;
+  ``max(1, |f|)``) above the reference's (a reference point that itself violates a constraint
+  by more than ``eps_abs``, absolute, refutes a feasible point only with a feasible
+  reference that disagrees too);
 * ``missed_infeasible`` / ``false_infeasible``: the two disagree about feasibility;
 * ``nan``: a NaN or inf result with no error; ``crash``: an exception other than a clear
   ``ValueError``; ``refused``: a ``ValueError`` on valid data;
@@ -617,7 +619,8 @@ REFERENCES = ((cp.HIGHS, dict(time_limit=20.0)), (cp.CLARABEL, dict(CLARABEL, ti
 
 
 def references(prob: cp.Problem):
-    """``(solver, status, value)`` of each reference that gives a decisive answer, in
+    """``(solver, status, value, violation)`` of each reference that gives a decisive answer
+    (its point's constraint violation beyond the rounding floor, :func:`violation`), in
     order: HiGHS first for LPs (exact there, and Clarabel is wrong at scales near 1e9),
     then Clarabel, then SCS.  A problem with ``stress_normalized = (problem, factor)`` (one
     whose optimum is ``factor`` times the other's, e.g. a homogeneous one at an extreme scale)
@@ -635,9 +638,10 @@ def references(prob: cp.Problem):
         if target.status == cp.OPTIMAL and hasattr(target, "stress_repair"):
             value = target.stress_repair()
             if np.isfinite(value):        # (a reference's X that is not positive definite
-                yield solver, target.status, factor * value        # decides nothing)
+                yield solver, target.status, factor * value, 0.0   # decides nothing)
         elif target.status in (cp.OPTIMAL, cp.INFEASIBLE):
-            yield solver, target.status, factor * target.value
+            viol = violation(target, floor=False) if target.status == cp.OPTIMAL else 0.0
+            yield solver, target.status, factor * target.value, viol
 
 
 def _agrees(status: str, val: float, ref_status: str, ref_val: float) -> bool:
@@ -646,14 +650,15 @@ def _agrees(status: str, val: float, ref_status: str, ref_val: float) -> bool:
     return val is not None and abs(val - ref_val) <= (EPS_REL + REF_SLACK) * max(1.0, abs(ref_val))
 
 
-def violation(prob: cp.Problem) -> float:
-    """Largest violation beyond the rounding floor, measured independently of cvxdp."""
+def violation(prob: cp.Problem, floor: bool = True) -> float:
+    """Largest violation beyond the rounding floor (``floor=False``: the absolute one),
+    measured independently of cvxdp."""
     worst = 0.0
     for c in prob.constraints:
         v = float(np.max(np.atleast_1d(c.violation())))
         mag = max((float(np.max(np.abs(np.asarray(a.value, dtype=float)), initial=0.0))
                    for a in list(c.args) + list(c.variables()) if a.value is not None),
-                  default=0.0)
+                  default=0.0) if floor else 0.0
         worst = max(worst, v - ROUNDING * mag)
     for var in prob.variables():
         if any(var.attributes.get(k) for k in ("nonneg", "PSD")):
@@ -670,7 +675,7 @@ def judge(method: str, prob: cp.Problem, **opts) -> tuple[str, str]:
     first = next(refs, None)
     if first is None:
         return "no_reference", ""
-    _, ref_status, ref_val = first
+    _, ref_status, ref_val, ref_viol = first
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -690,9 +695,18 @@ def judge(method: str, prob: cp.Problem, **opts) -> tuple[str, str]:
         return (dual_check(prob, min(val, ref_val)) if outcome == "ok" and prob.status == cp.OPTIMAL
                 else (outcome, detail))
     status = prob.status
-    for _, other_status, other_val in refs:                 # re-solves: our values are gone
+    # a reference point outside the constraints by more than eps_abs (absolute, no rounding
+    # floor) can sit below the optimum: SCS at a fixed total of 1e7 under weights of 1e3,
+    # 8.4e-6 off (8.4e-13 relative), half the objective of the only feasible point.  Then only
+    # a feasible reference can refute cvxdp's feasible point
+    unfit = outcome == "false_optimal" and ref_viol > EPS_ABS and violation(prob) <= EPS_ABS
+    for _, other_status, other_val, other_viol in refs:     # re-solves: our values are gone
         if _agrees(status, val, other_status, other_val):
             return "ref_disputed", f"{first[0]} {ref_status} {ref_val:.6g}, {other_val}"
+        if unfit and other_viol <= EPS_ABS:
+            return outcome, detail + f" (and {other_val:.8g} from a feasible reference)"
+    if unfit:
+        return "ref_disputed", f"{first[0]}'s point violates the constraints by {ref_viol:.2e}"
     return outcome, detail
 
 
