@@ -253,7 +253,8 @@ def test_level_eliminated_newton_systems_match_clarabel(monkeypatch, loss, n, du
     """The dense path with independent sets eliminated first (forced at small sizes): same
     optimum as Clarabel, duals certified and by the Lagrangian; tiny, duplicate-row and
     bound-only-below instances."""
-    from cvxdp.solvers.consistency import dense_kkt, ipm, level_cholesky
+    from cvxdp.solvers import _level_cholesky as level_cholesky
+    from cvxdp.solvers.consistency import dense_kkt, ipm
     tails = []
 
     class Recording(dense_kkt.DenseKKT):

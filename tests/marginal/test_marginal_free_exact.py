@@ -279,7 +279,7 @@ def test_kkt_normal_equations_by_levels(monkeypatch):
     """Heavy normal equations go to LevelCholesky after QDLDL's first factorisation (forced
     here at a small size, levels always taken): the same solutions, refined to rounding,
     through new values on the same pattern; the interior point still solves a model."""
-    from cvxdp.solvers.consistency import level_cholesky
+    from cvxdp.solvers import _level_cholesky as level_cholesky
     monkeypatch.setattr(marginal_lp, "_LEVEL_MIN_FLOPS", 0.0)
     monkeypatch.setattr(marginal_lp, "_LEVEL_RATIO", 1e30)
     monkeypatch.setattr(level_cholesky, "_MIN_SAVED_FLOPS", 0.0)

@@ -108,12 +108,8 @@ def _exact_duals(data: ConsistencyData, s: ADMMSettings, res: SolverResult, t0: 
     if not (res.status == R.OPTIMAL and s.duals and not res.info.get("duals_certified")
             and data.n <= _EXACT_DUALS_MAX and s.general_route == "auto" and s.polish):
         return res
-    left = s.time_limit - (time.perf_counter() - t0)
-    if left <= 0:
-        return res
-    out = general_exact.run(data, replace(s, time_limit=left))
-    if not (isinstance(out, SolverResult) and out.status == R.OPTIMAL
-            and out.info.get("duals_certified")):
+    out = general_exact.certified_rerun(data, s, t0)
+    if out is None:
         return res
     out.info["route"] = f"{res.info.get('route')}, then {out.info.get('route')} for exact multipliers"
     out.iterations += res.iterations

@@ -16,7 +16,7 @@ one forward and one backward triangular solve per right-hand side.  Why not scip
 triangular solve takes 1.9 ms (measured), and the elimination above needs two of them where
 ``H^{-1} fx`` then ``H^{-1} (A^T dy - fx)`` needed two ``potrs``.
 
-``L`` is :class:`~cvxdp.solvers.consistency.level_cholesky.LevelCholesky`'s: independent sets
+``L`` is :class:`~cvxdp.solvers._level_cholesky.LevelCholesky`'s: independent sets
 of ``H``'s graph eliminated level by level, the rest by LAPACK's dense Cholesky in one buffer
 kept for the whole solve (scipy's ``toarray`` of the sparse ``H`` took 52 ms per iteration at
 n = 3,000).
@@ -28,7 +28,7 @@ from scipy.linalg import lapack
 import scipy.sparse as sp
 
 from .._blas import threads
-from .level_cholesky import LevelCholesky
+from .._level_cholesky import LevelCholesky
 
 __all__ = ["DenseKKT"]
 

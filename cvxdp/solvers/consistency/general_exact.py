@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,8 +42,8 @@ from .lp import constraints_feasible
 from .problem import ADMMSettings, ConsistencyData
 from ..result import SolverResult
 
-__all__ = ["applies", "run", "solve_lp", "solve_qp", "polish", "ROUTE_LP", "ROUTE_LP_SIMPLEX",
-           "ROUTE_QP"]
+__all__ = ["applies", "run", "certified_rerun", "solve_lp", "solve_qp", "polish", "ROUTE_LP",
+           "ROUTE_LP_SIMPLEX", "ROUTE_QP"]
 
 ROUTE_LP = "LP (HiGHS interior point)"
 ROUTE_LP_SIMPLEX = "LP (HiGHS dual simplex)"
@@ -89,6 +90,21 @@ def run(data: ConsistencyData, s: ADMMSettings):
     out.solve_time = time.perf_counter() - t0
     out.state = {}
     return out
+
+
+def certified_rerun(data: ConsistencyData, s: ADMMSettings, t0: float) -> SolverResult | None:
+    """The exact route's result when it is ``optimal`` with certified multipliers, run within
+    what is left of ``s.time_limit`` since ``t0`` (a ``time.perf_counter()`` time); else
+    ``None``.  How an iterative answer that certified its gap but not its multipliers is
+    finished (:func:`cvxdp.solvers.consistency.admm.solve`,
+    :mod:`cvxdp.solvers.local.exact`)."""
+    left = s.time_limit - (time.perf_counter() - t0)
+    if left <= 0:
+        return None
+    out = run(data, replace(s, time_limit=left))
+    if isinstance(out, SolverResult) and out.status == R.OPTIMAL and out.info.get("duals_certified"):
+        return out
+    return None
 
 
 def _finish(data, res: SolverResult, w, s, rounds: int | None = None) -> SolverResult | None:
@@ -221,7 +237,7 @@ def polish(data: ConsistencyData, res: SolverResult, s: ADMMSettings, rounds: in
     if act is None:
         return None
     t0 = time.perf_counter()
-    out = ipm_polish(data, act, s.eps_abs) if rounds is None else ipm_polish(data, act, s.eps_abs, rounds)
+    out = ipm_polish(data, act, s.eps_abs, rounds)
     if out is None:
         return None
     x, duals, w = out

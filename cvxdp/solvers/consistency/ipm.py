@@ -771,7 +771,7 @@ _POLISH_TOL = 1e-9
 _POLISH_DENSE = 400
 
 
-def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
+def polish(d, res: IPMResult, eps_abs: float, rounds: int | None = None):
     """The exact solution on the active set the interior point points at: bounds hit fixed,
     L1 rows at their kink held at zero residual, the other L1 rows' signs known, which
     leaves the equality-constrained QP
@@ -783,7 +783,8 @@ def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
     equalities' ones; the bound multipliers are what stationarity leaves on the fixed
     coordinates.  A guess the solution contradicts (a free coordinate past a bound, a
     residual changing sign, a kink multiplier outside ``[-w1, w1]``, a bound multiplier of
-    the wrong sign) is corrected and the solve repeated, ``rounds`` times at most.
+    the wrong sign) is corrected and the solve repeated, ``rounds`` times at most (default
+    :data:`_POLISH_ROUNDS`).
     Returns ``(x, duals, w)`` or ``None`` (order chains; no consistent active set found;
     a failed factorisation)."""
     if has_chains(d):
@@ -795,7 +796,7 @@ def polish(d, res: IPMResult, eps_abs: float, rounds: int = _POLISH_ROUNDS):
         # small: dense arrays (scipy's column slicing and stacking were half the polish)
         M, A = M.toarray(), A.toarray()
     sigma = np.sign(M @ res.x - d.y)
-    for _ in range(rounds):
+    for _ in range(_POLISH_ROUNDS if rounds is None else rounds):
         out = _polish_solve(d, M, A, res.x, at_lo, at_hi, kink, sigma)
         if out is None:
             return None

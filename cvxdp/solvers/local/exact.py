@@ -104,15 +104,11 @@ def exact_multipliers(p: LocalProblem, s: LocalSettings, res: R.SolverResult,
     if not (res.status == R.OPTIMAL and s.duals and not res.info.get("duals_certified")
             and p.graph.n <= EXACT_MAX):
         return res
-    left = s.time_limit - (time.perf_counter() - t0)
-    if left <= 0:
-        return res
     data = consistency_data(p)
-    out = general_exact.run(data, ADMMSettings(eps_abs=s.eps_abs, eps_rel=s.eps_rel,
-                                               time_limit=left, verbose=s.verbose))
-    if not (isinstance(out, R.SolverResult) and out.status == R.OPTIMAL
-            and out.info.get("duals_certified") and out.objective <= res.objective
-            + s.eps_rel * max(1.0, abs(res.objective))):
+    out = general_exact.certified_rerun(data, ADMMSettings(eps_abs=s.eps_abs, eps_rel=s.eps_rel,
+                                                           time_limit=s.time_limit,
+                                                           verbose=s.verbose), t0)
+    if out is None or out.objective > res.objective + s.eps_rel * max(1.0, abs(res.objective)):
         return res
     res.x = out.x
     res.objective = out.objective

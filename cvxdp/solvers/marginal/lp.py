@@ -103,7 +103,7 @@ from scipy.optimize import linprog
 import qdldl
 
 from .._ldl import PatternLDL
-from ..consistency.level_cholesky import LevelCholesky
+from .._level_cholesky import LevelCholesky
 
 from .junction_tree import JunctionTree, marginalizer
 from .loss import MarginalLoss
@@ -553,7 +553,7 @@ class _KKT:
         """After the first sparse factorisation of the normal equations: when it is heavy and
         LAPACK's dense work on what independent sets leave is at most :data:`_LEVEL_RATIO`
         times QDLDL's (which runs at scalar speed, LAPACK at BLAS-3 speed),
-        :class:`~cvxdp.solvers.consistency.level_cholesky.LevelCholesky` factorises from the
+        :class:`~cvxdp.solvers._level_cholesky.LevelCholesky` factorises from the
         next iteration on (measured on an AIM round's 3,661 rows: 6.5e8 multiply-adds for QDLDL,
         0.40 s; 2,440 rows left dense, 0.21 s)."""
         if self._checked:

@@ -1,5 +1,5 @@
 """The independent-set levels of the general route's dense Newton solves
-(:mod:`cvxdp.solvers.consistency.level_cholesky`): exact factors of every pattern kind (random
+(:mod:`cvxdp.solvers._level_cholesky`): exact factors of every pattern kind (random
 0/1 rows, a path, a star, a diagonal, a dense block), against numpy; the levels really taken;
 matrices that are not positive definite refused; the caller's arrays untouched."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cvxdp.solvers.consistency import level_cholesky
+from cvxdp.solvers import _level_cholesky as level_cholesky
 from cvxdp.solvers.consistency.dense_kkt import DenseKKT
-from cvxdp.solvers.consistency.level_cholesky import LevelCholesky, _independent_set
+from cvxdp.solvers._level_cholesky import LevelCholesky, _independent_set
 
 
 def random_rows(n, seed):

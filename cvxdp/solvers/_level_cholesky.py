@@ -12,8 +12,9 @@ level removes a fair share of what is left and the Schur complement stays sparse
 is factorised by LAPACK.  ``H = L L^T`` with ``L = L_levels diag(D_1^{1/2}, ..., L_tail)``.
 
 Why: the interior point's Newton matrix ``Hx + M^T Phi M`` of random 0/1 rows fills a sparse
-factor to ~40 % of a dense one (see :mod:`.ipm`), which then is dense work at scalar speed;
-the unknowns of low degree form independent sets that take a third of them out at almost no
+factor to ~40 % of a dense one (see :mod:`cvxdp.solvers.consistency.ipm`; the marginal
+family's normal equations, :mod:`cvxdp.solvers.marginal.lp`, likewise), which then is dense
+work at scalar speed; the unknowns of low degree form independent sets that take a third of them out at almost no
 cost.  Measured on ``M`` = identity on 5 random 0/1 entries per column, n = 10,000: three
 levels leave 6,639 unknowns, one thread's factorisation 2.8 s (LAPACK) + 0.1 s (levels)
 against 10.6 s for the whole matrix dense; n = 3,000: 0.16 s against 0.34 s; n = 1,000 the
