@@ -166,3 +166,36 @@ def test_the_interior_point_follows_mu_where_the_relative_gap_grows():
                         [data.A @ x == data.b, x >= 0])
     direct.solve(solver=cp.CLARABEL, **TIGHT)
     assert data.objective(out.x) == pytest.approx(direct.value, rel=1e-7)
+
+
+def test_extreme_scales_get_certified_multipliers():
+    """The same instance through ``cvxdp.ADMM``: the iterations certify the gap but not the
+    multipliers, and the exact finish now does (its interior point saw no kink when it
+    compared the residual's parts, in the answers' unit, with their multipliers, in the
+    scaled objective's; its polish's regularised system had not reached the equalities):
+    ``optimal`` with a dual that passes the Lagrangian check, at the certified optimum."""
+    prob = scales_case()
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == cp.OPTIMAL and es["duals_certified"]
+    assert "for exact multipliers" in es["info"]["route"]
+    assert stress.dual_check(prob, prob.value) == ("ok", "")
+    assert es["primal_residual"] <= 1e-6 and es["gap"] <= 1e-6
+
+
+def test_the_polish_reaches_the_equalities_at_extreme_scales():
+    """The interior point's active set on that instance names the absolute row's kink, and
+    the polish's solve (equality rows scaled against the loss's 2e6 curvature) meets the
+    equalities to rounding: it had missed them by 1.5e-3 (cycling without the kink)."""
+    from cvxdp.recognise.clique_marginals import recognise_local
+    from cvxdp.solvers.local.problem import LocalProblem
+    ext = recognise_local(scales_case())
+    lp = ext.constraint
+    data = exact.consistency_data(LocalProblem(lp.graph, ext.loss, lp.known_total()))
+    res = ipm.solve_qp(data)
+    absolute = np.flatnonzero((data.w1 > 0) & (np.diff(data.M.tocsr().indptr) > 0))
+    assert absolute.size and res.kink[absolute[np.abs(data.M[absolute] @ res.x - data.y[absolute]) < 1e-3]].all()
+    out = ipm.polish(data, res, 1e-6)
+    assert out is not None
+    x = out[0]
+    assert np.abs(data.A @ x - data.b).max() <= 1e-9 * np.abs(data.b).max()
