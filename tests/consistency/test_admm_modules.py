@@ -90,6 +90,44 @@ def test_polish_separable_is_a_function_of_arrays(l1):
     assert {"eq", "lower", "upper"} <= set(pol.duals)
 
 
+def test_polish_separable_tries_last_winner_first_and_skips_last_failures(monkeypatch):
+    """Within one solve: the candidate that gave the last point goes first, and those that
+    failed last time run only while no candidate has given a point (``later``); the result
+    says which won and which failed.  (The dual point's two candidates are made to fail.)"""
+    from cvxdp.solvers.consistency import polish as P
+    rng = np.random.default_rng(1)
+    data = tree_problem(rng, l1=True)
+    res = solve(data, ADMMSettings(eps_abs=1e-9, eps_rel=1e-9, polish=False, max_iters=5000))
+    f, st = data.separable_loss(), res.state
+    base = dict(f=f, proj=make_projector(data.A, data.b), x=f.prox(st.z - st.u, st.rho),
+                lam=st.rho * st.u, lam_dual=-st.rho * st.u, rho=st.rho, constant=0.0,
+                eps_abs=1e-9, eps_rel=-1.0)       # nothing certifies: every candidate runs
+    tried = []
+    real_set, real_once = P._separable_active_set, P._polish_separable_once
+
+    def active_set(p, use_dual):
+        tried.append(use_dual)
+        act = real_set(p, use_dual)
+        act.zero[0] ^= use_dual              # the dual point's guesses differ from the primal's
+        return act
+
+    def once(p, act, face):
+        if tried[-1]:
+            return P.PolishResult(reason="forced failure", rounds=6)
+        return real_once(p, act, face)
+    monkeypatch.setattr(P, "_separable_active_set", active_set)
+    monkeypatch.setattr(P, "_polish_separable_once", once)
+    first = P.polish_separable(SeparablePoint(**base))
+    assert first.ok and set(first.failed) == {(True, False), (True, True)}
+    assert first.variant in {(False, True), (False, False)} and len(tried) == 4
+    tried.clear()
+    again = P.polish_separable(SeparablePoint(**base, first=first.variant, later=first.failed))
+    assert again.ok and tried == [False, False] and again.failed == ()
+    tried.clear()
+    thorough = P.polish_separable(SeparablePoint(**base, first=first.variant))
+    assert thorough.ok and tried[0] is False and len(tried) == 4
+
+
 def test_polish_reports_why_it_failed():
     pol = PolishResult(reason="not available")
     assert not pol.ok and pol.certified_gap == np.inf

@@ -377,8 +377,8 @@ class _Iteration:
             return R.OPTIMAL
         return None
 
-    def _polish(self, record_reason: bool) -> PolishResult:
-        pol = self.sp.polish()
+    def _polish(self, record_reason: bool, thorough: bool = True) -> PolishResult:
+        pol = self.sp.polish(thorough)
         self.polish_info["attempts"] += 1
         self.polish_info["rounds"] += pol.rounds
         if record_reason:
@@ -422,7 +422,7 @@ class _Iteration:
                 and (self.tried_sig is None or np.count_nonzero(sig != self.tried_sig) > 0)):
             return
         self.tried_sig, self.tried_gap, self.checks_since_try = sig, gap, 0
-        pol = self._polish(record_reason=True)
+        pol = self._polish(record_reason=True, thorough=False)
         if not pol.ok:
             return
         self.lower = max(self.lower, pol.lower_bound)

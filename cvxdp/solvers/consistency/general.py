@@ -327,7 +327,7 @@ class GeneralADMM(Splitting):
         return np.r_[((d.w1 > 0) & (self.r[:self.m_loss] == 0)).astype(np.int8),
                      (xb <= d.lower).astype(np.int8) + 2 * (xb >= d.upper).astype(np.int8)]
 
-    def polish(self) -> PolishResult:
+    def polish(self, thorough: bool = True) -> PolishResult:
         if self.chains is not None:
             return PolishResult(reason="not available with order chains")
         xb = self._bounds_copy()

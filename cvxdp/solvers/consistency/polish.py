@@ -77,6 +77,10 @@ class PolishResult:
     reason: str | None = None
     rounds: int = 0
     w: np.ndarray | None = None
+    #: the separable polish's candidate that gave ``x``, and those that failed
+    #: (``(use_dual, face)`` pairs, :func:`polish_separable`)
+    variant: tuple | None = None
+    failed: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -112,6 +116,10 @@ class SeparablePoint:
     constant: float
     eps_abs: float
     eps_rel: float
+    #: the candidate that gave the last polished point of this solve: tried first
+    first: tuple | None = None
+    #: candidates that failed last time: tried last, and only while none has given a point
+    later: tuple = ()
 
 
 def polish_separable(p: SeparablePoint) -> PolishResult:
@@ -125,16 +133,24 @@ def polish_separable(p: SeparablePoint) -> PolishResult:
     every coordinate onto a bound); the second does not.  Each is tried with the active
     set read off the primal and off the dual point (complementary slackness): the dual
     point's accuracy can misplace a coordinate on a bound, the primal's a sign.
-    The smallest certified gap wins."""
+    The smallest certified gap wins.
+
+    Within one solve the same candidates tend to win and to fail (a sparse tree of
+    5,000 leaves: the dual point's guesses failed after 6 rounds at each of three
+    polishes, 70 % of the solve's time, while the primal's certified in 2): ``p.first``
+    is tried first, and the candidates in ``p.later`` only while none has given a point."""
     f = p.f
     has_l1 = bool(np.any(f.pure_l1 & (f.w1 > 0)))
     variants = [(True, False), (True, True), (False, True), (False, False)] if has_l1 \
         else [(True, False), (False, False)]
     if f.y.size > _POLISH_VARIANTS_MAX_N:
         variants = variants[:2]
-    best, reason, rounds = None, None, 0
+    variants.sort(key=lambda v: (v != p.first, v in p.later))
+    best, reason, rounds, failed = None, None, 0, []
     tried: list[tuple[bool, _ActiveSet]] = []
     for use_dual, face in variants:
+        if best is not None and (use_dual, face) in p.later:
+            break
         act = _separable_active_set(p, use_dual)
         # the dual point may not move the guess (no pure-L1 coordinate it decides, or no
         # repaired dual point): the same inputs would repeat the same rounds
@@ -145,13 +161,17 @@ def polish_separable(p: SeparablePoint) -> PolishResult:
         rounds += pol.rounds
         if reason is None or pol.ok:
             reason = pol.reason
+        if not pol.ok:
+            failed.append((use_dual, face))
         if pol.ok and (best is None or pol.certified_gap < best.certified_gap):
-            best = pol
+            best, best.variant = pol, (use_dual, face)
         if best is not None and best.certified_gap <= p.eps_rel:
             break
     if best is None:
-        return _failed(reason, rounds)
-    best.reason, best.rounds = reason, rounds
+        out = _failed(reason, rounds)
+        out.failed = tuple(failed)
+        return out
+    best.reason, best.rounds, best.failed = reason, rounds, tuple(failed)
     return best
 
 

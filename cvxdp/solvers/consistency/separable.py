@@ -46,6 +46,8 @@ class SeparableADMM(Splitting):
         self.proj = None
         self.chains = data.chains if data.has_chains else None
         self.last_dual_point = None        # the last coordinate-wise repaired dual point
+        # the polish's candidates that won / failed last time (polish.polish_separable)
+        self.polish_first, self.polish_later = None, ()
         if data.has_eq:
             self.proj = make_projector(data.A, data.b, data.forest_hint,
                                        found=data.forest_rows() if data.forest_hint is None else None)
@@ -235,14 +237,19 @@ class SeparableADMM(Splitting):
         sig[x >= f.upper] = 3
         return sig
 
-    def polish(self) -> PolishResult:
+    def polish(self, thorough: bool = True) -> PolishResult:
         if self.proj is None and self.chains is not None:
             return self._polish_chains()
         if self.proj is None:
             return PolishResult(reason="not available without equality constraints or order chains")
-        return polish_separable(SeparablePoint(
+        pol = polish_separable(SeparablePoint(
             f=self.f, proj=self.proj, x=self.x, lam=self.rho * self.u, lam_dual=self.last_dual_point,
-            rho=self.rho, constant=self.constant, eps_abs=self.s.eps_abs, eps_rel=self.s.eps_rel))
+            rho=self.rho, constant=self.constant, eps_abs=self.s.eps_abs, eps_rel=self.s.eps_rel,
+            first=self.polish_first, later=() if thorough else self.polish_later))
+        if pol.ok:
+            self.polish_first = pol.variant
+        self.polish_later = pol.failed
+        return pol
 
     def _polish_chains(self) -> PolishResult:
         """Order chains: the exact optimum pooled from the blocks of ``z`` and its

@@ -100,7 +100,9 @@ class Splitting:
         """The loss multipliers ``w`` at the current iterate, when the splitting has them."""
         return None
 
-    def polish(self) -> PolishResult:
+    def polish(self, thorough: bool = True) -> PolishResult:
+        """An exact point on the iterate's active set (``thorough=False``: a scheduled try,
+        which may skip what failed at the previous one)."""
         return PolishResult(reason="not available for this splitting")
 
     def unbelow(self, best: Candidate) -> Candidate:
