@@ -109,8 +109,31 @@ def choose(method_name: str, recognised: Recognised, *, pinned: str | None = Non
     did and its extraction; the family says what it will work on).  ``pinned`` (why the
     user's options need the cvxdp method, e.g. one of its own options was given) keeps the
     cvxdp method whatever the estimates say."""
+    if not pinned:
+        found = recognised.family.cost_candidates(recognised.extraction)
+        if found is not None:
+            early = _standard_on_every(method_name, *found)
+            if early is not None:
+                return early
     family, size = recognised.family.cost(recognised.extraction)
     return _choose(method_name, family, size, pinned)
+
+
+def _standard_on_every(method_name: str, families: tuple, size: int) -> Choice | None:
+    """The standard solver when every family the problem can be (``families``, each
+    measured) expects it faster at ``size``: the family need not be told apart (its
+    detections cost up to a millisecond, paid for nothing when the standard solver runs).
+    ``None`` otherwise."""
+    if not families or any(f not in FITS for f in families):
+        return None
+    est = {f: estimates(f, size) for f in families}
+    if any(t_c <= MARGIN * t_s for t_c, t_s in est.values()):
+        return None
+    closest = min(est, key=lambda f: est[f][0] / est[f][1])
+    t_c, t_s = est[closest]
+    return Choice(STANDARD, " | ".join(families), size, t_c, t_s,
+                  f"one of {', '.join(families)} at size {size:,}: {STANDARD} expected faster "
+                  f"on each (closest: {closest}, {t_s:.3g} s against {method_name}'s {t_c:.3g} s)")
 
 
 def quick(problem: cp.Problem) -> tuple[str, Choice] | None:

@@ -230,7 +230,7 @@ def _solve_standard(problem: cp.Problem, choice: dict, warm_start: bool, verbose
                           **cost_model.standard_options(**shared))
     extra: dict[str, Any] = {"choice": choice}
     if problem.status == cp.OPTIMAL:
-        chk = check_point(problem, {v.id: v.value for v in problem.variables()})
+        chk = check_point(problem, {v.id: v.value for v in problem.variables()}, objective=False)
         extra["violation"] = chk.violation
         if chk.excess > limit:
             set_status(problem, cp.OPTIMAL_INACCURATE)

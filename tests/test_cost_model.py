@@ -45,7 +45,8 @@ def test_the_choice_follows_the_estimates_both_ways(fits):
     prob.solve(method="cvxdp")
     choice = prob.solver_stats.extra_stats["choice"]
     assert prob.solver_stats.solver_name == cp.CLARABEL == choice["solver"]
-    assert choice["family"] == "admm_tree/l1" and choice["size"] > 0
+    # every family the tree could be expects Clarabel faster: named together, not told apart
+    assert "admm_tree/l1" in choice["family"].split(" | ") and choice["size"] > 0
     assert choice["estimate_cvxdp"] > cost_model.MARGIN * choice["estimate_standard"]
     assert cp.CLARABEL in choice["reason"] and prob.status == cp.OPTIMAL
     via_clarabel = prob.value
@@ -135,7 +136,8 @@ def test_every_family_it_reads_has_a_fit(make, family):
     prob = make()
     prob.solve(method="cvxdp")
     choice = prob.solver_stats.extra_stats["choice"]
-    assert choice["family"] == family and family in cost_model.FITS
+    named = choice["family"].split(" | ")        # several: each expects the same solver faster
+    assert family in named and all(f in cost_model.FITS for f in named)
     assert np.isfinite(choice["estimate_cvxdp"]) and np.isfinite(choice["estimate_standard"])
     assert prob.solver_stats.solver_name == choice["solver"] and prob.status == cp.OPTIMAL
 
@@ -413,3 +415,37 @@ def test_general_equalities_are_told_apart_by_the_targets_outside_their_bounds(e
     ref = _table(empty, loss)[0]
     ref.solve(solver=cp.CLARABEL)
     assert prob.status == cp.OPTIMAL and prob.value == pytest.approx(ref.value, rel=1e-6, abs=1e-6)
+
+
+def test_the_families_a_problem_can_be_are_not_told_apart_when_each_says_the_same(
+        fits, monkeypatch):
+    """``cost_candidates``: a consistency problem without order chains or a 2-D variable can
+    be a tree, general equalities (or, with a loss that does not read the variables
+    entrywise, the exact route); when each of these expects the standard solver faster, the
+    detections that tell them apart (``cost``) are skipped; when one expects the method
+    faster, they decide."""
+    from cvxdp.methods.consistency import ConsistencyADMM, _candidates
+    for family in ("admm_tree/l1", "admm_general/l1"):
+        fits(family, standard_faster=True)
+    calls = []
+    real_cost = ConsistencyADMM.cost
+    monkeypatch.setattr(ConsistencyADMM, "cost", lambda self, ext: calls.append(1) or real_cost(self, ext))
+    prob = tree_problem()
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert choice["solver"] == cp.CLARABEL and not calls
+    assert choice["family"] == "admm_tree/l1 | admm_general/l1" and "one of" in choice["reason"]
+    fits("admm_general/l1", standard_faster=False)
+    prob = tree_problem()
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert calls and choice["family"] == "admm_tree/l1" and choice["solver"] == cp.CLARABEL
+    # what can be which family
+    x = cp.Variable(4)
+    rec = cvxdp.METHODS[cvxdp.ADMM].recognise
+    q = rec(cp.Problem(cp.Minimize(cp.sum_squares(np.ones((3, 4)) @ x - 1)), [x >= 0]))
+    assert "general_exact/l2" in _candidates(q.extraction.data)
+    q = rec(cp.Problem(cp.Minimize(cp.sum_squares(x - 1) + cp.norm1(x - 1)), [x >= 0]))
+    assert _candidates(q.extraction.data) == ("admm_tree/mixed", "admm_general/mixed")
+    q = rec(cp.Problem(cp.Minimize(cp.norm1(x - 1)), [x[:-1] <= x[1:]]))
+    assert _candidates(q.extraction.data) is None

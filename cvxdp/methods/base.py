@@ -80,6 +80,12 @@ class Family(Protocol):
         """The same read off the problem without recognising it (a constraint that states
         the family), or ``None``: then recognition runs first."""
 
+    def cost_candidates(self, extraction: Any) -> tuple[tuple[str, ...], int] | None:
+        """``(families, size)``: the families/losses :meth:`cost` can return for this
+        extraction, read without its structure detections (cheap), or ``None``.  When the
+        cost model expects the standard solver faster on every one, it hands the problem
+        over without asking :meth:`cost` (whose detections then would be wasted)."""
+
 
 @dataclass
 class Recognised:

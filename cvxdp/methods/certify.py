@@ -48,8 +48,11 @@ class PointCheck:
     finite: bool               # every variable value is finite
 
 
-def check_point(problem: cp.Problem, primal: dict[int, Any]) -> PointCheck:
-    """Load ``primal`` into the variables and evaluate objective and constraints."""
+def check_point(problem: cp.Problem, primal: dict[int, Any], *,
+                objective: bool = True) -> PointCheck:
+    """Load ``primal`` into the variables and evaluate objective and constraints
+    (``objective=False``: the constraints only, the objective NaN; a standard solver's point,
+    whose objective cvxpy has already written)."""
     finite = True
     for v in problem.variables():
         val = primal.get(v.id)
@@ -71,10 +74,12 @@ def check_point(problem: cp.Problem, primal: dict[int, Any]) -> PointCheck:
         excess = max(0.0, raw - ROUNDING * mag)
         if excess > worst:
             worst, where = excess, name
-    try:
-        f = float(problem.objective.value)
-    except (ValueError, TypeError, np.linalg.LinAlgError, ArithmeticError):
-        f = math.nan
+    f = math.nan
+    if objective:
+        try:
+            f = float(problem.objective.value)
+        except (ValueError, TypeError, np.linalg.LinAlgError, ArithmeticError):
+            f = math.nan
     return PointCheck(f, viol, worst, where, True)
 
 

@@ -60,6 +60,10 @@ class FitnessNewtonCG:
     def cost(self, ext: FitnessExtraction) -> tuple[str, int]:
         return "newton_cg", int(ext.B.shape[0])
 
+    def cost_candidates(self, ext: Any) -> None:
+        """One family/loss, which :meth:`cost` reads cheaply: nothing to narrow down."""
+        return None
+
     def cost_before_recognition(self, problem: cp.Problem) -> None:
         return None
 

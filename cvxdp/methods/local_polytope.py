@@ -55,6 +55,10 @@ class LocalPolytopeADMM:
         loss = "l2" if ext.loss.smooth else "l1"
         return f"local_polytope/{loss}", int(ext.constraint.graph.n)
 
+    def cost_candidates(self, ext: Any) -> None:
+        """One family/loss, which :meth:`cost` reads cheaply: nothing to narrow down."""
+        return None
+
     def cost_before_recognition(self, problem: cp.Problem) -> tuple[str, int] | None:
         c = the_polytope(problem)
         if not isinstance(c, LocalPolytope):

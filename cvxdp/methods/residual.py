@@ -49,6 +49,10 @@ class ResidualDesign:
     def cost(self, ext: ResidualExtraction) -> tuple[str, int]:
         return "residual_design", int(ext.workload.n_residuals)
 
+    def cost_candidates(self, ext: Any) -> None:
+        """One family/loss, which :meth:`cost` reads cheaply: nothing to narrow down."""
+        return None
+
     def cost_before_recognition(self, problem: cp.Problem) -> None:
         return None
 

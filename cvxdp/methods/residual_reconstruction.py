@@ -48,6 +48,10 @@ class ResidualReconstruction:
     def cost(self, ext: ReconstructionExtraction) -> tuple[str, int]:
         return "residual_reconstruction", int(ext.constraint.graph.n)
 
+    def cost_candidates(self, ext: Any) -> None:
+        """One family/loss, which :meth:`cost` reads cheaply: nothing to narrow down."""
+        return None
+
     def cost_before_recognition(self, problem: cp.Problem) -> None:
         return None
 

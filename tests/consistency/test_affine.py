@@ -53,3 +53,23 @@ def test_an_identity_factor_changes_nothing():
         M_ref, c_ref = lin._fallback(e)
         np.testing.assert_array_equal(M.toarray(), sp.csr_matrix(M_ref).toarray())
         np.testing.assert_array_equal(c, np.asarray(c_ref).ravel())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_scaled_selections_match_cvxpy(seed):
+    """Entrywise scalings of one whole variable plus constants (read as one CSR matrix, not
+    walked node by node), against cvxpy's backend: broadcast constants, zero weights,
+    matrices, parameters, nested negations; and what is not one (two variables, a
+    broadcast variable) still read by the walk."""
+    rng = np.random.default_rng(seed)
+    x, X, u = cp.Variable(5), cp.Variable((3, 4)), cp.Variable(1)
+    y, Y = rng.normal(size=5), rng.normal(size=(3, 4))
+    w = rng.normal(size=5) * (rng.random(5) < 0.6)
+    p = cp.Parameter(5, value=rng.normal(size=5))
+    cases = [x - y, -x, 0 - x, 3.0 + x, cp.multiply(w, x - y), -(2.0 * (y - x)),
+             cp.multiply(Y, X - Y) + 1.0, X - rng.normal(size=(1, 4)), X + rng.normal(size=(3, 1)),
+             cp.multiply(p, x) - p, x - x[::-1] + y, u + y, cp.multiply(rng.normal(size=(3, 4)), X)]
+    for e in cases:
+        M, c, M_ref, c_ref = _both(e, [u, x, X])
+        np.testing.assert_allclose(M, M_ref, atol=1e-12, err_msg=str(e))
+        np.testing.assert_allclose(c, c_ref, atol=1e-12, err_msg=str(e))

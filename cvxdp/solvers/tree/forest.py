@@ -578,7 +578,9 @@ def _orient_pairs(cols, first, is_parent_entry, row_id, n):
     """
     fixed_parent = np.zeros(n, dtype=bool)
     fixed_child = np.zeros(n, dtype=bool)
-    known = np.flatnonzero(~np.isin(np.arange(row_id.size), np.r_[first, first + 1]))
+    pair = np.zeros(row_id.size, dtype=bool)
+    pair[first] = pair[first + 1] = True
+    known = np.flatnonzero(~pair)
     fixed_parent[cols[known[is_parent_entry[known]]]] = True
     fixed_child[cols[known[~is_parent_entry[known]]]] = True
     a, b = cols[first], cols[first + 1]
