@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import cvxpy as cp
 
 import cvxdp
+from cvxdp.solvers.consistency.newton_assembly import NewtonAssembly
 
 # pure L1: HiGHS's dual simplex on small LPs, its interior point on larger ones
 ROUTES = {"l1": ("LP (HiGHS dual simplex)", "LP (HiGHS interior point)"),
@@ -161,7 +162,6 @@ def test_dense_query_rows_assemble_by_the_sparse_product():
     """A dense query matrix (every row reads every column): the row pairs would outnumber the
     Newton matrix's entries n-fold, so H is assembled by the sparse product; same optimum,
     certified duals."""
-    from cvxdp.solvers.consistency import ipm
     rng = np.random.default_rng(8)
     n = 70
     W = rng.standard_normal((n, n))
@@ -169,7 +169,7 @@ def test_dense_query_rows_assemble_by_the_sparse_product():
     y = W @ xt + rng.normal(0, 2, n)
     x = cp.Variable(n)
     prob = cp.Problem(cp.Minimize(cp.sum_squares(W @ x - y)), [x >= 0, cp.sum(x) == xt.sum()])
-    asm = ipm._Assembly(sp.csr_matrix(W), sp.csr_matrix(np.ones((1, n))))
+    asm = NewtonAssembly(sp.csr_matrix(W), sp.csr_matrix(np.ones((1, n))))
     assert asm.T is None
     phi, Hx = rng.uniform(0.5, 2.0, n), rng.uniform(0.0, 1.0, n)
     H = asm.h_matrix(asm.h_values(phi, Hx)).toarray()
@@ -183,12 +183,11 @@ def test_dense_query_rows_assemble_by_the_sparse_product():
 
 
 def test_row_pair_assembly_equals_the_product():
-    from cvxdp.solvers.consistency import ipm
     rng = np.random.default_rng(9)
     R = sp.random(40, 25, density=0.15, random_state=3, format="csr")
     R = sp.vstack([R, sp.csr_matrix((np.r_[1.0, -1.0, 0.0], ([0, 0, 0], [1, 2, 3])), shape=(1, 25))]).tocsr()
     A = sp.random(3, 25, density=0.3, random_state=4, format="csr")
-    asm = ipm._Assembly(R, A)
+    asm = NewtonAssembly(R, A)
     assert asm.T is not None
     phi, Hx = rng.uniform(0.5, 2.0, R.shape[0]), rng.uniform(0.0, 1.0, 25)
     H = asm.h_matrix(asm.h_values(phi, Hx)).toarray()

@@ -11,7 +11,7 @@ import pytest
 import cvxpy as cp
 
 import cvxdp
-from cvxdp.solvers.consistency import ipm
+from cvxdp.solvers.consistency import active_set_qp, ipm
 from cvxdp.solvers.local import admm as local_admm, exact
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -195,7 +195,27 @@ def test_the_polish_reaches_the_equalities_at_extreme_scales():
     res = ipm.solve_qp(data)
     absolute = np.flatnonzero((data.w1 > 0) & (np.diff(data.M.tocsr().indptr) > 0))
     assert absolute.size and res.kink[absolute[np.abs(data.M[absolute] @ res.x - data.y[absolute]) < 1e-3]].all()
-    out = ipm.polish(data, res, 1e-6)
+    out = active_set_qp.polish(data, res, 1e-6)
     assert out is not None
     x = out[0]
     assert np.abs(data.A @ x - data.b).max() <= 1e-9 * np.abs(data.b).max()
+
+
+def test_a_tiny_optimum_under_large_answers_gets_certified_multipliers():
+    """The stress set's seed-17 ``local_scales`` instance 86: one clique of two cells, answers
+    of 70 and 9,930 under weights of 1,000, a total of 10,000, an optimum of 0.0047 (a gradient
+    of 97).  The exact finish's polish refits the multipliers to stationarity (its solve's
+    cancellation had left 7e-6, read as a bound multiplier on a cell of 9,930) and refines its
+    equality rows to their own rounding (they had stopped 2e-8 off the total): certified."""
+    x = cp.Variable(2)
+    dom = cvxdp.Domain({"a0": 2})
+    y = np.array([69.72295687197, 9930.27714051058])
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(1000.0 * (x - y))),
+                      [cvxdp.LocalPolytope({("a0",): x}, dom, total=10000.0)])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == cp.OPTIMAL and es["duals_certified"]
+    assert stress.dual_check(prob, prob.value) == ("ok", "")
+    exact_opt = 1e6 * 2 * ((10000.0 - y.sum()) / 2) ** 2
+    assert prob.value == pytest.approx(exact_opt, rel=1e-6)
+    assert abs(x.value.sum() - 10000.0) <= 1e-9

@@ -13,7 +13,7 @@ factorisation of the whole problem is the faster tool, so this module solves
   crossover to a vertex: exact multipliers);
 * **elastic net / squared** rows as a QP by the primal-dual interior point of
   :mod:`~cvxdp.solvers.consistency.ipm` (each row's columns eliminated, every Newton step one
-  factorisation in ``x``), then its active-set polish (:func:`.ipm.polish`: exact
+  factorisation in ``x``), then its active-set polish (:func:`.active_set_qp.polish`: exact
   multipliers).  OSQP on the same QP (an ADMM on the sparse KKT system, polished) was
   measured first: 1,450 iterations and 2.5 s on the issue's 600-variable elastic net against
   Clarabel's 0.9 s, and its polish failed at looser tolerances.
@@ -36,7 +36,8 @@ from scipy.optimize import linprog
 
 from .. import result as R
 from .certify import certify
-from .ipm import polish as ipm_polish, solve_qp as ipm_qp
+from .active_set_qp import polish as ipm_polish
+from .ipm import solve_qp as ipm_qp
 from .kkt import exact_dual_point, has_chains, has_eq, lagrangian_bound, order_matrix, split_order
 from .lp import constraints_feasible
 from .problem import ADMMSettings, ConsistencyData
@@ -232,7 +233,7 @@ def solve_qp(data: ConsistencyData, s: ADMMSettings):
 def polish(data: ConsistencyData, res: SolverResult, s: ADMMSettings, rounds: int | None = None):
     """The interior point's near-degenerate coordinates (both slacks ~ sqrt(mu)) can leave a
     point whose multipliers miss the complementarity test at ``eps_abs``: the exact solution
-    on the active set it points at (:func:`.ipm.polish`).  ``(result, w)`` or ``None``."""
+    on the active set it points at (:func:`.active_set_qp.polish`).  ``(result, w)`` or ``None``."""
     act = res.info.get("ipm_active")
     if act is None:
         return None

@@ -38,7 +38,6 @@ import time
 from typing import Callable
 
 import numpy as np
-import qdldl
 
 from .._blas import threads
 from .._ldl import PatternLDL
@@ -47,9 +46,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .dense_kkt import DenseKKT
+from .newton_assembly import NewtonAssembly
 from .kkt import has_chains, has_eq, order_matrix, split_order
 
-__all__ = ["solve_qp", "polish", "IPMResult"]
+__all__ = ["solve_qp", "IPMResult"]
 
 _LOG = logging.getLogger("cvxdp")
 
@@ -90,10 +90,6 @@ _DENSE_MAX = 12_000
 # ... and below _QDLDL_MAX too when the first sparse factorisation shows this much work
 # (multiply-adds) and at least this fraction of a dense one's
 _DENSE_FLOPS = 5e7
-# the pattern-fixed assembly of H from row pairs, when the pairs number at most this many times
-# H's entries (or at most _PAIRS_MIN); else the sparse product each iteration
-_PAIRS_RATIO = 4
-_PAIRS_MIN = 200_000
 _DENSE_FRACTION = 0.15
 # small problems: dense copies of R and A (products, the Newton matrix by syrk, the KKT matrix
 # by LU, the polish's system by LU) up to this many entries and this many unknowns (plus
@@ -156,118 +152,6 @@ class _Problem:
         self.u = np.where(self.up_f, d.upper, 0.0)
 
 
-class _Assembly:
-    """The Newton matrices' values on a pattern fixed once (an interior-point iteration only
-    changes the weights): ``H = Hx + R^T Phi R`` as ``H.data = T phi`` plus its diagonal, and
-    the KKT matrix ``[-H  A^T; A  d I]`` with ``-H``'s and ``d``'s slots of its data known.
-    Assembling them with scipy's sparse products each iteration was most of a small
-    problem's time (2.4 ms of 2.5 per iteration at n = 100)."""
-
-    def __init__(self, R: sp.csr_matrix, A: sp.csr_matrix) -> None:
-        n, p = R.shape[1], A.shape[0]
-        self.n, self.p = n, p
-        R = sp.csr_matrix(R, copy=True)
-        R.sum_duplicates()
-        R.eliminate_zeros()
-        lens = np.diff(R.indptr).astype(np.int64)
-        # H's pattern: |R|^T |R| (no cancellation) and the diagonal, as keys col * n + row
-        S = (abs(R).T @ abs(R)).tocoo()
-        uniq = np.unique(np.r_[S.col.astype(np.int64) * n + S.row, np.arange(n) * (n + 1)])
-        self.h_indptr = np.searchsorted(uniq // n, np.arange(n + 1)).astype(np.int32)
-        self.h_indices = (uniq % n).astype(np.int32)
-        self.h_diag = np.searchsorted(uniq, np.arange(n) * (n + 1))
-        self._uniq, self._R, self._RT = uniq, R, R.T.tocsr()
-        self.T = None
-        if int(lens @ lens) <= max(_PAIRS_MIN, _PAIRS_RATIO * uniq.size):
-            # every pair of entries (a, b) of one row of R: H[col a, col b] += R_a R_b phi_row.
-            # Rows with many entries (a dense query matrix) make the pairs outnumber H's
-            # entries by a factor of the row length: those keep the sparse product
-            # (measured: a 400 x 400 Gaussian query matrix, 6.4e7 pairs, 24 s and 5 GB)
-            row = np.repeat(np.arange(R.shape[0]), lens)
-            first = np.repeat(np.arange(R.nnz), lens[row])
-            start = np.repeat(np.cumsum(lens[row]) - lens[row], lens[row])
-            second = R.indptr[row[first]] + (np.arange(first.size) - start)
-            keys = R.indices[second].astype(np.int64) * n + R.indices[first]
-            pos = np.minimum(np.searchsorted(uniq, keys), uniq.size - 1)
-            if np.array_equal(uniq[pos], keys):      # else a product underflowed out of S
-                self.T = sp.csr_matrix((R.data[first] * R.data[second], (pos, row[first])),
-                                       shape=(uniq.size, R.shape[0]))
-        # the KKT pattern, built once from markers saying which slot holds what: H's entry k
-        # as k + 1, A's entry j (in both blocks) as -(3 + j), the dual regularisation as -2
-        # (the whole matrix for SuperLU only, built when first asked: QDLDL reads the upper
-        # triangle, [triu(H) A^T; 0 d I], and the dense path neither)
-        self._A = sp.csr_matrix(A)
-        self._Hm = sp.csc_matrix((np.arange(1.0, uniq.size + 1), self.h_indices, self.h_indptr),
-                                 shape=(n, n))
-        self._slots: dict = {}
-        self._upper: sp.csc_matrix | None = None
-
-    def _marker(self, upper: bool) -> sp.csc_matrix:
-        """The KKT matrix of markers, from coordinates (scipy's ``bmat`` took 1.3 ms of a
-        2 ms start at n = 100)."""
-        Hm, p, n = self._Hm, self.p, self.n
-        H = Hm.tocoo()
-        keep = H.row <= H.col if upper else np.ones(H.nnz, dtype=bool)
-        A = self._A.tocoo()
-        ka = -(3.0 + np.arange(A.nnz))      # A's CSR order: the coo keeps it
-        rows = [H.row[keep], A.col, np.arange(n, n + p)]
-        cols = [H.col[keep], n + A.row, np.arange(n, n + p)]
-        vals = [H.data[keep], ka, np.full(p, -2.0)]
-        if not upper:
-            rows.append(n + A.row)
-            cols.append(A.col)
-            vals.append(ka)
-        size = n + p
-        return sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                             shape=(size, size))
-
-    def _slots_of(self, marker: sp.csc_matrix) -> tuple:
-        marker.sort_indices()
-        m = marker.data
-        from_h = np.flatnonzero(m > 0)
-        base = np.zeros(m.size)
-        in_a = np.flatnonzero(m <= -3.0)
-        if in_a.size:
-            base[in_a] = self._A.data[(-m[in_a] - 3.0).astype(np.int64)]
-        return (marker.indptr, marker.indices, from_h, (m[from_h] - 1.0).astype(np.int64),
-                np.flatnonzero(m == -2.0), base)
-
-    def h_values(self, phi: np.ndarray, Hx: np.ndarray) -> np.ndarray:
-        """``H``'s entries on the fixed pattern."""
-        if self.T is not None:
-            hdata = self.T @ phi
-        else:
-            P = (self._RT @ sp.diags(phi) @ self._R).tocoo()
-            keys = P.col.astype(np.int64) * self.n + P.row
-            pos = np.minimum(np.searchsorted(self._uniq, keys), self._uniq.size - 1)
-            ok = self._uniq[pos] == keys      # entries of |R|^T |R| that underflowed are ~0
-            hdata = np.bincount(pos[ok], weights=P.data[ok], minlength=self._uniq.size)
-        hdata[self.h_diag] += Hx
-        return hdata
-
-    def h_matrix(self, hdata: np.ndarray) -> sp.csc_matrix:
-        return sp.csc_matrix((hdata, self.h_indices, self.h_indptr), shape=(self.n, self.n))
-
-    def kkt(self, hdata: np.ndarray, dreg: float, upper: bool = False) -> sp.csc_matrix:
-        """``[-H  A^T; A  d I]`` with ``H.data = hdata``; its upper triangle if ``upper``.
-        The upper one is the same matrix object each call, its values overwritten (its
-        pattern fixed: QDLDL's update sees the same arrays)."""
-        if upper not in self._slots:
-            self._slots[upper] = self._slots_of(self._marker(upper))
-        indptr, indices, from_h, h_of, at_dreg, base = self._slots[upper]
-        size = self.n + self.p
-        if upper:
-            K = self._upper
-            if K is None:
-                K = self._upper = sp.csc_matrix((base.copy(), indices, indptr), shape=(size, size))
-            data = K.data
-        else:
-            data = base.copy()
-        data[from_h] = -hdata[h_of]
-        data[at_dreg] = dreg
-        return K if upper else sp.csc_matrix((data, indices, indptr), shape=(size, size))
-
-
 def solve_qp(d, deadline: float = math.inf, verbose: bool = False,
              accept: Callable[[IPMResult], bool] | None = None) -> IPMResult | None:
     """Solve ``d`` (any loss weights; pure L1 too) by the interior point; ``None`` when it
@@ -290,7 +174,7 @@ class _Solver:
         self._ldl = PatternLDL()
         self._fill_checked = False
         self._dense: DenseKKT | None = None
-        self._asm: _Assembly | None = None
+        self._asm: NewtonAssembly | None = None
         if not sp.issparse(P.Rp):
             # small (dense products): H = R^T Phi R by one BLAS product and the whole KKT
             # matrix by LAPACK's LU; the sparse assembly's set-up alone took 1.7 ms of a 17 ms
@@ -302,7 +186,7 @@ class _Solver:
             self.mode = "dense"
         else:
             self.mode = "qdldl" if n + p <= _QDLDL_MAX else "splu"
-        self._asm = _Assembly(P.R, P.A)
+        self._asm = NewtonAssembly(P.R, P.A)
 
     # ---------------------------------------------------------------- start and scaling
     def _start(self):
@@ -773,180 +657,3 @@ class _Solver:
         c1 = np.where(split, self.c1[:k], 1.0)
         rho = np.maximum(np.abs(P.yR[:k]), np.abs(P.R[:k] @ z["x"]))
         return split & (z["p"][:k] * c1 < z["sp"][:k] * rho) & (z["q"][:k] * c1 < z["sq"][:k] * rho)
-
-
-# the polish's proximal weight (relative to the Hessian's diagonal): keeps the reduced
-# problem strictly convex where no squared row reaches a free coordinate
-_POLISH_PROX = 1e-10
-# rounds of active-set corrections, and the (relative) tolerance of their tests
-_POLISH_ROUNDS = 8
-_POLISH_TOL = 1e-9
-# the polish's system dense (LAPACK's LU) up to this many unknowns
-_POLISH_DENSE = 400
-
-
-def polish(d, res: IPMResult, eps_abs: float, rounds: int | None = None):
-    """The exact solution on the active set the interior point points at: bounds hit fixed,
-    L1 rows at their kink held at zero residual, the other L1 rows' signs known, which
-    leaves the equality-constrained QP
-
-        min  sum_{i not kink} sigma_i w1_i r_i + (w2_i / 2) r_i^2,   r = M x - y,
-        s.t. r_kink = 0,  A x = b,  x_S = bounds,
-
-    one sparse quasi-definite solve (QDLDL), whose multipliers are the kink rows' and the
-    equalities' ones; the bound multipliers are what stationarity leaves on the fixed
-    coordinates.  A guess the solution contradicts (a free coordinate past a bound, a
-    residual changing sign, a kink multiplier outside ``[-w1, w1]``, a bound multiplier of
-    the wrong sign) is corrected and the solve repeated, ``rounds`` times at most (default
-    :data:`_POLISH_ROUNDS`).
-    Returns ``(x, duals, w)`` or ``None`` (order chains; no consistent active set found;
-    a failed factorisation)."""
-    if has_chains(d):
-        return None
-    at_lo, at_hi, kink = res.at_lo.copy(), res.at_hi.copy(), res.kink & (d.w1 > 0)
-    M = d.M.tocsr()
-    A = d.A.tocsr() if has_eq(d) else sp.csr_matrix((0, d.n))
-    if _small(M.shape[0], d.n, A.shape[0]):
-        # small: dense arrays (scipy's column slicing and stacking were half the polish)
-        M, A = M.toarray(), A.toarray()
-    sigma = np.sign(M @ res.x - d.y)
-    for _ in range(_POLISH_ROUNDS if rounds is None else rounds):
-        out = _polish_solve(d, M, A, res.x, at_lo, at_hi, kink, sigma)
-        if out is None:
-            return None
-        x, duals, w, lam_k, r = out
-        tol = _POLISH_TOL * max(1.0, float(np.max(np.abs(w), initial=0.0)))
-        xtol = max(eps_abs * 1e-3, _POLISH_TOL * (1.0 + float(np.max(np.abs(x), initial=0.0))))
-        changed = False
-        free = ~(at_lo | at_hi)
-        lo_bad = free & (x < d.lower - xtol)
-        hi_bad = free & (x > d.upper + xtol)
-        if lo_bad.any() or hi_bad.any():
-            at_lo |= lo_bad
-            at_hi |= hi_bad
-            changed = True
-        out_k = np.abs(lam_k) > d.w1[kink] + tol
-        flip = ~kink & (d.w1 > 0) & (sigma * r < -xtol)
-        if out_k.any():                                  # released off the kink
-            idx = np.flatnonzero(kink)[out_k]
-            kink[idx] = False
-            sigma[idx] = np.sign(lam_k[out_k])
-            changed = True
-        if flip.any():                                   # the residual crossed zero: a kink
-            kink |= flip
-            changed = True
-        bad_lo = at_lo & ~at_hi & (duals["g"] < -tol)
-        bad_hi = at_hi & ~at_lo & (duals["g"] > tol)
-        if bad_lo.any() or bad_hi.any():
-            at_lo &= ~bad_lo
-            at_hi &= ~bad_hi
-            changed = True
-        if not changed:
-            duals.pop("g")
-            return np.clip(x, d.lower, d.upper), duals, w
-    return None
-
-
-def _polish_solve(d, M, A, x_ipm, at_lo, at_hi, kink, sigma):
-    n = d.n
-    S = at_lo | at_hi
-    F = ~S
-    xS = np.where(at_lo, d.lower, d.upper)
-    nk = ~kink
-    MF = M[:, F]
-    w2 = np.where(nk, d.w2, 0.0)
-    x_fixed = np.where(S, xS, 0.0)
-    y_eff = d.y - M @ x_fixed                              # r = M_F x_F - y_eff
-    nF = int(F.sum())
-    if isinstance(M, np.ndarray):
-        E = np.vstack([MF[kink], A[:, F]])
-    else:
-        E = sp.vstack([MF[kink], A[:, F]]).tocsr()
-    e = np.r_[y_eff[kink], (d.b - A @ x_fixed) if A.shape[0] else np.zeros(0)]
-    small = isinstance(M, np.ndarray) or (nF + E.shape[0]) <= _POLISH_DENSE
-    if small and not isinstance(M, np.ndarray):
-        MF, E = MF.toarray(), E.toarray()
-    H = MF.T @ (w2[:, None] * MF) if small else (MF.T @ sp.diags(w2) @ MF).tocsc()
-    dscale = max(float(np.abs(H.diagonal()).max(initial=0.0)), float(np.max(d.w1, initial=0.0)), 1e-300)
-    prox = _POLISH_PROX * dscale
-    g0 = MF.T @ np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) - w2 * y_eff, 0.0) - prox * x_ipm[F]
-    sol = _polish_system(H, E, prox, dscale, np.r_[-g0, e])
-    if sol is None or not np.all(np.isfinite(sol)):
-        return None
-    lam = sol[nF:]
-    x = x_fixed.copy()
-    x[F] = sol[:nF]
-    r = M @ x - d.y
-    nkink = int(kink.sum())
-    # the KKT system says H x + g0 + E^T lam = 0, i.e. M_F^T w + A_F^T lam_A = 0 with
-    # w = sigma w1 + w2 r off the kinks and lam on them (r = 0 there)
-    w = np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) + d.w2 * r, 0.0)
-    lam_k = lam[:nkink]
-    w[kink] = lam_k + d.w2[kink] * r[kink]
-    yA = lam[nkink:]
-    duals = {"lower": np.zeros(n), "upper": np.zeros(n)}
-    if A.shape[0]:
-        duals["eq"] = yA
-    g = M.T @ w + (A.T @ yA if A.shape[0] else 0.0)        # = s_lo - s_up
-    duals["lower"] = np.where(at_lo, np.maximum(g, 0.0), 0.0)
-    duals["upper"] = np.where(at_hi, np.maximum(-g, 0.0), 0.0)
-    duals["g"] = g
-    return x, duals, w, lam_k, r
-
-
-def _polish_system(H, E, prox: float, hscale: float, rhs: np.ndarray) -> np.ndarray | None:
-    """``[H + prox I, E^T; E, 0] sol = rhs`` (``hscale``: ``H``'s largest diagonal entry) by
-    a factorisation of the system with ``-dreg I`` in place of its zero block, refined
-    against the exact one: QDLDL for sparse ``H``, ``E``, LAPACK's LU for dense ones (small
-    systems, where building the sparse matrices and QDLDL's analysis took most of the
-    polish's 5 ms at n = 100).
-
-    ``E``'s rows are scaled to norm ``sqrt(hscale)`` first, so that the Schur complement
-    ``E H^-1 E^T`` is of order one where ``dreg = _DUAL_REG hscale`` is compared with it: with
-    ``H`` of 2e6 (weights 1,000) and ``E`` of ones, ``dreg`` had been 400 times the Schur
-    complement, each refinement step gained almost nothing and the polished point missed the
-    equalities by 1.5e-3."""
-    nF, m_e = H.shape[0], E.shape[0]
-    rs = _row_scale(E, hscale)
-    E = rs[:, None] * E if isinstance(E, np.ndarray) else sp.diags(rs) @ E
-    rhs = np.r_[rhs[:nF], rs * rhs[nF:]]
-    dreg = _DUAL_REG * hscale
-    if isinstance(H, np.ndarray):
-        Kexact = np.zeros((nF + m_e, nF + m_e))
-        Kexact[:nF, :nF] = H + prox * np.eye(nF)
-        Kexact[:nF, nF:] = E.T
-        Kexact[nF:, :nF] = E
-        K = Kexact.copy()
-        K[nF:, nF:] -= dreg * np.eye(m_e)
-        # LAPACK directly (scipy's lu_factor / lu_solve wrappers: 40 us of checks a call)
-        lu, piv, info = lapack.dgetrf(K, overwrite_a=1)
-        if info != 0 or not np.all(np.isfinite(lu.diagonal())):
-            return None
-
-        def apply(v):
-            return lapack.dgetrs(lu, piv, v)[0]
-    else:
-        Hr = H + prox * sp.identity(nF, format="csc")
-        K = sp.bmat([[Hr, E.T], [E, -dreg * sp.identity(m_e)]], format="csc") if m_e else Hr
-        Kexact = sp.bmat([[Hr, E.T], [E, None]], format="csc") if m_e else Hr
-        try:
-            solver = qdldl.Solver(K)
-        except (RuntimeError, ValueError):
-            return None
-        apply = solver.solve
-    with np.errstate(all="ignore"):
-        sol = apply(rhs)
-        for _ in range(_REFINE):
-            resid = rhs - Kexact @ sol
-            if float(np.abs(resid).max(initial=0.0)) <= 1e-15 * (1.0 + float(np.abs(rhs).max(initial=0.0))):
-                break
-            sol = sol + apply(resid)
-    sol[nF:] *= rs                            # the multipliers of the unscaled rows
-    return sol
-
-
-def _row_scale(E, hscale: float) -> np.ndarray:
-    """Factors that give ``E``'s rows the norm ``sqrt(hscale)`` (zero rows kept as they are)."""
-    norms = (np.sqrt(np.einsum("ij,ij->i", E, E)) if isinstance(E, np.ndarray)
-             else np.sqrt(np.asarray(E.multiply(E).sum(axis=1)).ravel()))
-    return np.where(norms > 0, math.sqrt(hscale) / np.where(norms > 0, norms, 1.0), 1.0)
