@@ -33,7 +33,7 @@ _POLISH_TOL = 1e-9
 _POLISH_DENSE = 400
 # stationarity on the free coordinates refitted (least squares, this many LSQR iterations at
 # most) when the solve left it off by more than this, relative to its terms
-_REFIT_RTOL = 1e-11
+_REFIT_RTOL = 1e-9
 _REFIT_ITERS = 200
 
 
