@@ -28,7 +28,9 @@ unregularised system.  (On a loaded 2-core machine OpenBLAS's threads made a 600
 against 0.016 s with one thread; ``OPENBLAS_NUM_THREADS=1`` helps there.)
 The loss-row multipliers ``y_R`` are the loss multipliers
 ``w = -y_R`` of :mod:`~cvxdp.solvers.consistency.kkt`, the equality ones ``-y_A``, the bound
-ones the dual slacks; the caller certifies them.
+ones the dual slacks; the caller certifies them, after the exact solution on the active set
+the iterate points at (:mod:`~cvxdp.solvers.consistency.active_set_qp`).  The Newton
+matrices' values go into patterns found once (:mod:`~cvxdp.solvers.consistency.newton_assembly`).
 """
 from __future__ import annotations
 
