@@ -385,3 +385,25 @@ def test_sparse_constants_are_checked_too():
 def test_complex_or_empty_measurements_are_refused(bad):
     with pytest.raises(ValueError, match="complex|at least one row"):
         cvxdp.Measurement(bad, np.ones(bad.shape[0]))
+
+
+def test_a_bound_above_the_objective_is_no_certificate():
+    """``optimal`` needs ``-max(eps_rel, UNDERCUT) <= gap <= eps_rel``: a lower bound far above
+    a feasible point's objective was spoiled (rounding at extreme scales) and certifies
+    nothing; a little above it is a point undercutting the optimum within ``eps_abs``."""
+    from cvxdp.methods.certify import PointCheck, decide
+    point = PointCheck(objective=4.231561849319234, violation=3.7e-9, excess=0.0, worst="",
+                       finite=True)
+    status, gap, why = decide("optimal", point, 248.06164952907582, eps_abs=1e-6, eps_rel=1e-6)
+    assert status == "optimal_inaccurate" and gap < -57 and "above the objective" in why
+    status, gap, _ = decide("optimal", point, 4.231561849319234 + 1e-7, eps_abs=1e-6, eps_rel=1e-6)
+    assert status == "optimal" and -1e-6 <= gap < 0
+    status, gap, _ = decide("optimal", point, 4.231561849319234 * (1 + 2.5e-8), eps_abs=1e-6,
+                            eps_rel=1e-9)
+    assert status == "optimal" and gap < -1e-9            # undercut within eps_abs: allowed
+    status, _, _ = decide("optimal", point, 4.231561849319234 * 1.004, eps_abs=1e-6, eps_rel=1e-6)
+    assert status == "optimal_inaccurate"
+    status, _, why = decide("optimal", point, 4.0, eps_abs=1e-6, eps_rel=1e-6)
+    assert status == "optimal_inaccurate" and "> eps_rel" in why
+    status, _, _ = decide("optimal_inaccurate", point, 248.0, eps_abs=1e-6, eps_rel=1e-6)
+    assert status == "optimal_inaccurate"
