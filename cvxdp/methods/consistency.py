@@ -162,8 +162,7 @@ class ConsistencyADMM:
 def _cost_family(data) -> str:
     """The cost model's family of a consistency problem: the route the solve will take and
     the loss kind (``l1``, ``l2`` or ``mixed``); routes with no iterations are exact."""
-    l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
-    loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
+    loss = _loss_kind(data)
     if isotonic_l1.applies(data):
         return "exact_isotonic"
     tree = histogram_tree.detect(data, data.shape)
@@ -184,6 +183,13 @@ def _cost_family(data) -> str:
     return f"admm_general/{loss}"
 
 
+def _loss_kind(data) -> str:
+    """``"l1"``, ``"l2"`` or ``"mixed"``: which loss weights are present (the cost families'
+    suffix)."""
+    l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
+    return "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
+
+
 def _candidates(data) -> tuple[str, ...] | None:
     """The families :func:`_cost_family` can return for ``data``, read off the loss weights
     and ``M``'s pattern only (tens of microseconds, where the tree and fixing detections of
@@ -191,8 +197,7 @@ def _candidates(data) -> tuple[str, ...] | None:
     chains: the exact L1 path; a 2-D variable: the histogram tree's closed form)."""
     if data.has_chains or data.shape is not None:
         return None
-    l1, l2 = bool(np.any(data.w1 > 0)), bool(np.any(data.w2 > 0))
-    loss = "mixed" if (l1 and l2) else ("l1" if l1 else "l2")
+    loss = _loss_kind(data)
     fams = [f"admm_tree/{loss}", f"admm_general/{loss}"]
     if loss == "l2":
         fams.append("admm_general_inside/l2")

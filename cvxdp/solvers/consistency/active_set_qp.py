@@ -131,16 +131,8 @@ def _polish_solve(d, M, A, x_ipm, at_lo, at_hi, kink, sigma):
     nkink = int(kink.sum())
     # the KKT system says H x + g0 + E^T lam = 0, i.e. M_F^T w + A_F^T lam_A = 0 with
     # w = sigma w1 + w2 r off the kinks and lam on them (r = 0 there)
-    w = np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) + d.w2 * r, 0.0)
-    w_nk = w.copy()
-    lam = _refit(M, A, E, F, w_nk, kink, d.w2 * r, sol[nF:])
-
-    def multipliers(lam):
-        w = w_nk.copy()
-        w[kink] = lam[:nkink] + d.w2[kink] * r[kink]
-        yA = lam[nkink:]
-        return w, yA, M.T @ w + (A.T @ yA if A.shape[0] else 0.0)      # g = s_lo - s_up
-    w, yA, g = multipliers(lam)
+    w_nk = np.where(nk, np.where(d.w1 > 0, sigma * d.w1, 0.0) + d.w2 * r, 0.0)
+    lam, w, yA, g = _refit(M, A, E, F, w_nk, kink, d.w2 * r, sol[nF:])
     lam_k = lam[:nkink]
     duals = {"lower": np.zeros(n), "upper": np.zeros(n)}
     if A.shape[0]:
@@ -151,36 +143,43 @@ def _polish_solve(d, M, A, x_ipm, at_lo, at_hi, kink, sigma):
     return x, duals, w, lam_k, r
 
 
-def _refit(M, A, E, F, w_nk, kink, w2r, lam: np.ndarray) -> np.ndarray:
-    """The multipliers ``lam`` of the kink and equality rows, refitted by least squares to
-    stationarity on the free coordinates, ``E_F^T lam = -(M^T w)_F`` (``w_nk``: the loss
-    multipliers off the kinks), when the solve left it off by more than rounding.
+def _refit(M, A, E, F, w_nk, kink, w2r, lam: np.ndarray) -> tuple:
+    """``(lam, w, yA, g)`` (:func:`_stationarity`): the multipliers ``lam`` of the kink and
+    equality rows, refitted by least squares to stationarity on the free coordinates,
+    ``E_F^T lam = -(M^T w)_F`` (``w_nk``: the loss multipliers off the kinks), when the solve
+    left it off by more than rounding.
 
     The solve's right-hand side carries ``M^T W y``, which cancels against ``H x`` to the
     gradient: with answers of 1e7 under weights of 1,000 (an optimum of 0.0047, a gradient of
     97) stationarity was off by 7e-6, and that residual, read as a bound multiplier on a cell
     of 9,930, cost the Lagrangian bound 0.069.  The least-squares problem carries only the
     gradient's own magnitude."""
-    if E.shape[0] == 0:
-        return lam
-    nkink = int(kink.sum())
-
-    def residual(lam):
-        w = w_nk.copy()
-        w[kink] = lam[:nkink] + w2r[kink]
-        g = M.T @ w + (A.T @ lam[nkink:] if A.shape[0] else 0.0)
-        return np.asarray(g, dtype=float)[F]
-    gF = residual(lam)
+    first = _stationarity(M, A, w_nk, kink, w2r, lam)
+    gF = first[3][F]
+    off = float(np.max(np.abs(gF), initial=0.0))
+    if E.shape[0] == 0 or off <= _REFIT_RTOL * float(np.max(np.abs(lam), initial=0.0)):
+        return first
     terms = float(np.max(np.abs(np.asarray(M.T @ w_nk, dtype=float)[F]), initial=0.0))
-    if float(np.max(np.abs(gF), initial=0.0)) <= _REFIT_RTOL * max(terms, float(np.max(np.abs(lam), initial=0.0))):
-        return lam
+    if off <= _REFIT_RTOL * terms:
+        return first
     with np.errstate(all="ignore"):
-        step = spla.lsqr(E.T, -gF, atol=1e-16, btol=1e-16, iter_lim=_REFIT_ITERS)[0]
-    refit = lam + step
-    if not np.all(np.isfinite(refit)) or (np.max(np.abs(residual(refit)), initial=0.0)
-                                          >= np.max(np.abs(gF), initial=0.0)):
-        return lam
-    return refit
+        refit = lam + spla.lsqr(E.T, -gF, atol=1e-16, btol=1e-16, iter_lim=_REFIT_ITERS)[0]
+    if not np.all(np.isfinite(refit)):
+        return first
+    second = _stationarity(M, A, w_nk, kink, w2r, refit)
+    return second if float(np.max(np.abs(second[3][F]), initial=0.0)) < off else first
+
+
+def _stationarity(M, A, w_nk, kink, w2r, lam: np.ndarray) -> tuple:
+    """``(lam, w, yA, g)``: the loss multipliers ``w`` (``w_nk`` off the kinks, the kink
+    rows' ``lam`` plus ``w2 r`` on them), the equality ones ``yA`` and ``g = M^T w + A^T yA``
+    (``= s_lo - s_up``, zero on the free coordinates at stationarity)."""
+    nkink = int(kink.sum())
+    w = w_nk.copy()
+    w[kink] = lam[:nkink] + w2r[kink]
+    yA = lam[nkink:]
+    g = M.T @ w + (A.T @ yA if A.shape[0] else 0.0)
+    return lam, w, yA, np.asarray(g, dtype=float)
 
 
 def _polish_system(H, E, prox: float, hscale: float, rhs: np.ndarray) -> np.ndarray | None:
