@@ -70,7 +70,10 @@ EXACT = ("exact_isotonic", "exact_gls")
 #: what ``cvxdp.ADMM`` says of a problem before recognising it (its bounds, equalities and
 #: loss atoms only: one of the consistency family's iterative kinds, which one unknown)
 SMALL = "consistency_small"
-#: ... and of one whose losses read the variables entrywise (not the general path)
+#: ... and of one whose losses read the variables entrywise (not the general path); either
+#: may carry the loss kind its objective's atoms show (``"consistency_small/l1"``): then only
+#: that kind's families are compared (an L1 tree of 1,051 nodes is not held to the squared
+#: loss's crossover, 390 unknowns; its own is at 1,490)
 SMALL_SEPARABLE = "consistency_small_separable"
 #: the families :data:`SMALL` stands for (:data:`SMALL_SEPARABLE`: all but the general path)
 _CONSISTENCY = ("admm_tree/", "admm_general/", "admm_general_inside/", "admm_order/", "general_exact/",
@@ -166,15 +169,17 @@ def estimates(family: str, size: float) -> tuple[float, float]:
     return math.exp(a + b * logn), math.exp(c + d * logn)
 
 
-def small_limit(separable: bool = False, overhead: float = RECOGNITION) -> float:
+def small_limit(separable: bool = False, overhead: float = RECOGNITION, loss: str | None = None) -> float:
     """The unknowns below which handing a consistency model to the standard solver
     unrecognised is expected no slower on *every* family of :data:`_CONSISTENCY` (but the
-    general path if ``separable``): the smallest size (on a grid of ratio 1.1 from 64, the
-    smallest calibrated size, to 10^5) at which one of them expects the cvxdp method faster
-    by ``overhead`` seconds, the recognition the hand-over saves (``0`` when one does at 64;
-    below the calibrated sizes the standard solver's lead only grows)."""
+    general path if ``separable``; only those of loss kind ``loss``, ``"l1"``, ``"l2"`` or
+    ``"mixed"``, when the objective's atoms showed it): the smallest size (on a grid of ratio
+    1.1 from 64, the smallest calibrated size, to 10^5) at which one of them expects the
+    cvxdp method faster by ``overhead`` seconds, the recognition the hand-over saves (``0``
+    when one does at 64; below the calibrated sizes the standard solver's lead only grows)."""
     families = tuple(key for key in FITS if key.startswith(_CONSISTENCY)
-                     and not (separable and key.startswith("general_exact/")))
+                     and not (separable and key.startswith("general_exact/"))
+                     and (loss is None or key.endswith("/" + loss)))
     # the same fits give the same limit: asked before every small solve, the grid search took
     # 0.6 ms of them (the key holds the fits themselves, so a changed FITS is searched anew)
     key = (families, tuple(FITS[f] for f in families), overhead)
@@ -196,12 +201,14 @@ def _search_limit(families: tuple, overhead: float) -> float:
 
 
 def _choose(method_name: str, family: str, size: int, pinned: str | None) -> Choice:
-    if family in (SMALL, SMALL_SEPARABLE):
-        limit = small_limit(separable=family == SMALL_SEPARABLE)
+    base, _, loss = family.partition("/")
+    if base in (SMALL, SMALL_SEPARABLE):
+        limit = small_limit(separable=base == SMALL_SEPARABLE, loss=loss or None)
         if size < limit and not pinned:
             return Choice(STANDARD, family, size, math.nan, math.nan,
                           f"{size:,} unknowns, a consistency model: {STANDARD} expected faster "
-                          f"than {method_name} on every consistency family below {limit:,.0f}")
+                          f"than {method_name} on every consistency family"
+                          f"{f' with {loss} losses' if loss else ''} below {limit:,.0f}")
         return Choice(method_name, family, size, math.nan, math.nan, "recognition decides")
     if family in EXACT:
         return Choice(method_name, family, size, math.nan, math.nan,

@@ -127,7 +127,7 @@ def test_verbose_says_what_was_chosen_and_why(fits, caplog):
 
 
 @pytest.mark.parametrize("make, family", [
-    (lambda: tree_problem(512), "admm_tree/l1"),
+    (lambda: tree_problem(1024), "admm_tree/l1"),     # above the L1 models' small limit
     (lambda: _marginal(cvxdp.MarginalPolytope, "l2"), "marginal_polytope/l2"),
     (lambda: _marginal(cvxdp.LocalPolytope, "l1"), "local_polytope/l1"),
     (lambda: cvxdp.fitness_problem(cvxdp.workloads.prefix(4), np.ones(4)).problem, "newton_cg"),
@@ -341,6 +341,55 @@ def test_entrywise_losses_are_told_apart_from_loss_matrices():
         assert not entrywise_losses(cp.Problem(cp.Minimize(obj), [x >= 0])), obj
 
 
+def test_the_loss_kind_is_read_off_the_atoms():
+    from cvxdp.recognise.shape import loss_kind
+    rng = np.random.default_rng(7)
+    y = rng.normal(size=5)
+    x = cp.Variable(5)
+    cases = {"l1": [cp.norm1(x - y), cp.sum(cp.abs(x - y)), 2 * cp.pnorm(x - y, 1),
+                    cvxdp.nll(cvxdp.Measurement(np.eye(5), y, scale=1.0), x)],
+             "l2": [cp.sum_squares(x - y), cp.sum(cp.square(x - y)) / 2,
+                    cvxdp.nll(cvxdp.Measurement(np.eye(5), y, scale=1.0, noise="gaussian"), x)],
+             "mixed": [cp.norm1(x - y) + cp.sum_squares(x - y), cvxdp.elastic_net(cvxdp.Measurement(np.eye(5), y, scale=1.0), x, 0.5)]}
+    for kind, objs in cases.items():
+        for obj in objs:
+            assert loss_kind(cp.Problem(cp.Minimize(obj), [x >= 0])) == kind, obj
+    for obj in (cp.norm2(x - y), cp.sum(x), cp.max(x - y)):
+        assert loss_kind(cp.Problem(cp.Minimize(obj), [x >= 0])) is None, obj
+
+
+def test_the_small_limit_of_one_loss_kind_compares_only_its_families(monkeypatch):
+    for key in list(cost_model.FITS):
+        if key.startswith(("admm_", "general_exact", "histogram_tree")):
+            monkeypatch.setitem(cost_model.FITS, key, (0.0, 0.5, -6.0, 1.5))   # crossover e^6
+    monkeypatch.setitem(cost_model.FITS, "admm_tree/l2", (0.0, 0.5, -5.0, 1.5))  # e^5
+    assert cost_model.small_limit(True, overhead=0.0) == pytest.approx(math.exp(5.0), rel=0.1)
+    assert cost_model.small_limit(True, overhead=0.0, loss="l2") == pytest.approx(math.exp(5.0), rel=0.1)
+    assert cost_model.small_limit(True, overhead=0.0, loss="l1") == pytest.approx(math.exp(6.0), rel=0.1)
+    # an L1 tree between the two limits goes to the standard solver unrecognised...
+    n = int(math.exp(5.5))
+    choice = cost_model._choose(cvxdp.ADMM, f"{cost_model.SMALL_SEPARABLE}/l1", n, None)
+    assert choice.solver == cost_model.STANDARD and "l1 losses" in choice.reason
+    # ... where a squared loss of that size, or one whose kind is unknown, is recognised
+    for family in (f"{cost_model.SMALL_SEPARABLE}/l2", cost_model.SMALL_SEPARABLE):
+        assert cost_model._choose(cvxdp.ADMM, family, n, None).solver == cvxdp.ADMM
+
+
+def test_an_l1_tree_is_handed_over_with_its_loss_kind(monkeypatch):
+    def refuse(problem):
+        raise AssertionError("recognised although the shape decided")
+    monkeypatch.setattr(cvxdp.METHODS[cvxdp.ADMM], "recognise", refuse)
+    h = cvxdp.workloads.hierarchy(20, 3)
+    rng = np.random.default_rng(8)
+    x = cp.Variable(h.n_nodes)
+    prob = cp.Problem(cp.Minimize(cp.norm1(x - rng.normal(5, 1, h.n_nodes))),
+                      [cvxdp.consistent(h, x), x >= 0])
+    prob.solve(method="cvxdp")
+    choice = prob.solver_stats.extra_stats["choice"]
+    assert choice["family"] == f"{cost_model.SMALL_SEPARABLE}/l1"
+    assert prob.status == cp.OPTIMAL and choice["solver"] == cp.CLARABEL
+
+
 def test_small_consistency_models_go_to_clarabel_before_recognition(monkeypatch):
     monkeypatch.setattr(cost_model, "small_limit", lambda *a, **k: 1e9)
 
@@ -351,7 +400,7 @@ def test_small_consistency_models_go_to_clarabel_before_recognition(monkeypatch)
     prob.solve(method="cvxdp")
     choice = prob.solver_stats.extra_stats["choice"]
     assert prob.status == cp.OPTIMAL and choice["solver"] == cp.CLARABEL
-    assert choice["family"] in (cost_model.SMALL, cost_model.SMALL_SEPARABLE)
+    assert choice["family"].split("/")[0] in (cost_model.SMALL, cost_model.SMALL_SEPARABLE)
     assert "consistency" in choice["reason"]
     monkeypatch.undo()
     # a method's own option keeps the method; below the limit recognition decides as before
@@ -362,8 +411,8 @@ def test_small_consistency_models_go_to_clarabel_before_recognition(monkeypatch)
     monkeypatch.setattr(cost_model, "small_limit", lambda *a, **k: 0.0)
     prob = tree_problem(8)
     prob.solve(method="cvxdp")
-    assert prob.solver_stats.extra_stats["choice"]["family"] not in (cost_model.SMALL,
-                                                                   cost_model.SMALL_SEPARABLE)
+    assert prob.solver_stats.extra_stats["choice"]["family"].split("/")[0] not in (
+        cost_model.SMALL, cost_model.SMALL_SEPARABLE)
 
 
 def test_the_small_limit_is_the_smallest_crossover(monkeypatch):

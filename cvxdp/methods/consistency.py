@@ -37,7 +37,7 @@ from ..solvers.result import SOLUTION_PRESENT, INFEASIBLE
 
 from ..names import ADMM
 from ..recognise.consistency import Extraction, recognise
-from ..recognise.shape import entrywise_losses, plain_consistency
+from ..recognise.shape import entrywise_losses, loss_kind, plain_consistency
 from .base import Outcome
 from .input_check import check_loss_scale, check_magnitudes, loss_factor, weighted_rows
 from .options import STOPPING, Option, OptionSet, Settings
@@ -113,13 +113,15 @@ class ConsistencyADMM:
         family's iterative kinds (:func:`cvxdp.recognise.shape.plain_consistency`), so that
         the cost model may hand a small one to the standard solver without recognising it;
         ``"consistency_small_separable"`` when its losses read the variables entrywise
-        (:func:`~cvxdp.recognise.shape.entrywise_losses`: not the general path)."""
+        (:func:`~cvxdp.recognise.shape.entrywise_losses`: not the general path); either with
+        the loss kind the objective's atoms show (``"consistency_small_separable/l1"``,
+        :func:`~cvxdp.recognise.shape.loss_kind`), whose families alone are compared."""
         n = sum(v.size for v in problem.variables())
         if n > _SMALL_SCAN or not plain_consistency(problem):
             return None
-        if entrywise_losses(problem):
-            return "consistency_small_separable", int(n)
-        return "consistency_small", int(n)
+        kind = "consistency_small_separable" if entrywise_losses(problem) else "consistency_small"
+        loss = loss_kind(problem)
+        return (kind if loss is None else f"{kind}/{loss}"), int(n)
 
     def solve(self, problem: cp.Problem, ext: Extraction, settings: Settings, *,
               cached: Any) -> Outcome:

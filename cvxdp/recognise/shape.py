@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import cvxpy as cp
 from cvxpy.atoms.affine.index import index, special_index
+from cvxpy.atoms.elementwise.power import Power
 from cvxpy.constraints import Equality, Inequality, NonNeg, NonPos, Zero
 
-__all__ = ["plain_consistency", "entrywise_losses"]
+__all__ = ["plain_consistency", "entrywise_losses", "loss_kind"]
 
 # non-affine atoms of the consistency family's losses (their affine arguments are not read)
 _LOSS_ATOMS = {"norm1", "abs", "quad_over_lin", "power", "Pnorm", "AddExpression",
@@ -47,10 +48,13 @@ def plain_consistency(problem: cp.Problem) -> bool:
         return False
     bounds += sum(1 for v in problem.variables()
                   if v.attributes.get("nonneg") or v.attributes.get("bounds") is not None)
-    l1 = _loss_atoms(problem.objective.expr)
-    if chains and (l1 is not False or equalities):
+    kinds = _loss_atoms(problem.objective.expr)
+    if kinds is None:
         return False
-    return l1 is not None and (bounds > 0 or chains > 0 or l1)
+    l1 = "l1" in kinds
+    if chains and (l1 or equalities):
+        return False
+    return bounds > 0 or chains > 0 or l1
 
 
 def entrywise_losses(problem: cp.Problem) -> bool:
@@ -69,7 +73,7 @@ def _collect_args(expr, args: dict) -> bool:
     """The affine arguments of the loss atoms, by variable; ``False`` if one is not entrywise."""
     if expr.is_affine():
         return not expr.variables()
-    name = type(expr).__name__
+    name = _name(expr)
     if name in ("norm1", "abs", "quad_over_lin", "power", "Pnorm"):
         arg = expr.args[0]
         if not _entrywise(arg):
@@ -117,24 +121,41 @@ def _is_order(c) -> bool:
     return sides[0].args[0].id == sides[1].args[0].id
 
 
+def _name(expr) -> str:
+    """The atom's name as the sets above spell it: any :class:`Power` is ``"power"``
+    (newer cvxpy builds ``cp.square`` as its subclass ``PowerApprox``)."""
+    return "power" if isinstance(expr, Power) else type(expr).__name__
+
+
 def _p(expr) -> float:
     p = expr.p
     return float(getattr(p, "value", p))
 
 
-def _loss_atoms(expr) -> bool | None:
-    """``None`` if a node outside the losses' atoms appears; else whether an absolute loss
-    does."""
+def _loss_atoms(expr) -> frozenset | None:
+    """``None`` if a node outside the losses' atoms appears; else the loss kinds present:
+    ``"l1"`` (an absolute loss), ``"l2"`` (a squared one)."""
     if expr.is_affine():
-        return False
-    name = type(expr).__name__
+        return frozenset()
+    name = _name(expr)
     if name not in _LOSS_ATOMS or (name in ("power", "Pnorm") and _p(expr) != (2.0 if name == "power" else 1.0)) \
             or (name == "quad_over_lin" and expr.args[1].variables()):
         return None
-    l1 = name in ("norm1", "abs", "Pnorm")
+    kinds = {"l1"} if name in ("norm1", "abs", "Pnorm") else {"l2"} if name in ("power", "quad_over_lin") \
+        else set()
     for arg in expr.args:
         sub = _loss_atoms(arg)
         if sub is None:
             return None
-        l1 = l1 or sub
-    return l1
+        kinds |= sub
+    return frozenset(kinds)
+
+
+def loss_kind(problem: cp.Problem) -> str | None:
+    """``"l1"``, ``"l2"`` or ``"mixed"``: the kinds of loss atom in the objective (the cost
+    model's family suffix, read before recognition: the loss weights themselves may still
+    zero a term), ``None`` when the objective is not built from them."""
+    kinds = _loss_atoms(problem.objective.expr)
+    if not kinds:
+        return None
+    return "mixed" if len(kinds) == 2 else next(iter(kinds))

@@ -157,6 +157,10 @@ class CostModelDirective(SphinxDirective):
         rows.append([_literal(cost_model.SMALL), "", "",
                      f"below {cost_model.small_limit():,.0f} unknowns: never (decided before "
                      "recognition)"])
+        # the limits when the objective's atoms show one loss kind and read entrywise
+        for loss in ("l1", "l2", "mixed"):
+            rows.append([_literal(f"{cost_model.SMALL_SEPARABLE}/{loss}"), "", "",
+                         f"below {cost_model.small_limit(True, loss=loss):,.0f} unknowns: never"])
         for family in cost_model.EXACT:
             rows.append([_literal(family), "one direct solve", "", "always"])
         return [table(["family / loss", "cvxdp method", str(cost_model.STANDARD),

@@ -336,75 +336,80 @@ class TreeLSQ:
             raise ValueError(f"weights must have shape ({n},), got {a.shape}")
         if np.any(np.isnan(a)) or np.any(a < 0):
             raise ValueError("weights must be non-negative (inf fixes a node)")
-        a = f._to_bfs(a)
-        with np.errstate(divide="ignore"):
-            kself = 1.0 / a                    # inf for unmeasured, 0 for fixed
-        cself, kappa, kchild = self._upward(kself)
-        share = self._shares(kappa, kchild)
+        # one errstate for both passes: their 0 / 0 and inf / inf are resolved explicitly
+        # (entering an errstate costs as much as a level's arithmetic)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cself, kappa, pchild = self._upward(f._to_bfs(a))
+            share = self._shares(kappa, pchild)
         self._kappa, self._share = kappa, share        # for variances()
         # Per-level coefficients collapse to scalars when uniform (unit weights on a
         # complete tree): scalar multiplies and strided adds keep project() cheap.
+        # Which levels are uniform is read off per-level minima and maxima, four reductions
+        # for the whole tree (two comparisons per level cost more on trees of ~1,000 nodes).
         self._c_level = [None]
         self._share_level = [None]
+        if f.n_levels < 2:
+            return
+        starts = np.asarray(f.level_bounds[:-1])
+        has = f._n_children_pos > 0
+        c_flat = _uniform_levels(np.where(has, cself, np.inf), np.where(has, cself, -np.inf), starts)
+        sh_flat = _uniform_levels(share, share, starts)
         for d in range(1, f.n_levels):
-            par = f._parent_slices[d]
             s, e = f.level_bounds[d], f.level_bounds[d + 1]
-            c = cself[par]
-            sh = share[s:e]
-            self._c_level.append(float(c[0]) if c.size and np.all(c == c[0]) else c)
-            self._share_level.append(float(sh[0]) if sh.size and np.all(sh == sh[0]) else sh)
+            # level d's parents are level d - 1's nodes with children
+            self._c_level.append(c_flat[d - 1] if c_flat[d - 1] is not None
+                                 else cself[f._parent_slices[d]])
+            self._share_level.append(sh_flat[d] if sh_flat[d] is not None else share[s:e])
 
-    def _upward(self, kself: np.ndarray):
-        """Bottom-up coefficients (BFS positions): ``kappa_v``, the variance of the
-        subtree's estimate of ``x_v``; ``kchild_v``, that of the children's sum; and
-        ``cself_v``, the weight of the node's own measurement in it.  Combining two
-        estimates of variances ``ks`` (own) and ``kc`` (children):
-        ``c = kc / (ks + kc)``, ``kappa = ks kc / (ks + kc)``; an infinite variance
-        (no information) defers to the other side, two zero variances (both fixed) keep
-        the node's own value."""
+    def _upward(self, a: np.ndarray):
+        """Bottom-up coefficients (BFS positions), in precisions: a node's own weight
+        ``a_v`` (the precision of its measurement, ``1 / ks``) and its children's
+        ``pchild_v = 1 / kchild_v``, where ``kchild_v`` is the variance of the children's
+        sum (the sum of their ``kappa``; infinite for a node without children: no
+        information).  The two estimates of ``x_v`` combine as ``P = a_v + pchild_v``:
+        ``kappa_v = 1 / P``, the subtree estimate's variance, and ``cself_v = a_v / P``, the
+        weight of the node's own measurement.  ``0 / 0`` (no information on either side)
+        takes ``cself = 0``; ``inf / inf`` (the node fixed) keeps its own value, ``1``.
+        (The variance form, ``c = kc / (ks + kc)``, needs a case per infinity: these few
+        vector operations per level are most of a projection's set-up, built once per
+        round of the ADMM's polish.)  Called under ``np.errstate(divide="ignore",
+        invalid="ignore")``."""
         f = self.forest
         n = f.n
-        kappa = np.zeros(n)
-        kchild = np.zeros(n)
+        kappa = np.empty(n)
+        pchild = np.zeros(n)
         cself = np.ones(n)
-        has_children = f._n_children_pos > 0
         for d in range(f.n_levels - 1, -1, -1):
             s, e = f.level_bounds[d], f.level_bounds[d + 1]
             if d + 1 < f.n_levels:
                 s1, e1 = f.level_bounds[d + 1], f.level_bounds[d + 2]
-                kchild[f._parent_slices[d + 1]] = f._block_sum(d + 1, kappa[s1:e1])
-            ks, kc, hc = kself[s:e], kchild[s:e], has_children[s:e]
-            if not hc.any():                   # a level of leaves (half the nodes of a binary tree)
-                kappa[s:e] = ks
-                continue
-            ks_inf, kc_inf = np.isinf(ks), np.isinf(kc)
-            den = ks + kc
-            with np.errstate(divide="ignore", invalid="ignore"):
-                c_reg = np.where(den > 0, kc / den, 1.0)
-                k_reg = np.where(den > 0, ks * kc / den, 0.0)
-            c = np.where(ks_inf, 0.0, np.where(kc_inf, 1.0, c_reg))
-            k = np.where(ks_inf, np.where(kc_inf, np.inf, kc), np.where(kc_inf, ks, k_reg))
-            cself[s:e] = np.where(hc, c, 1.0)
-            kappa[s:e] = np.where(hc, k, ks)
-        return cself, kappa, kchild
+                pchild[f._parent_slices[d + 1]] = 1.0 / f._block_sum(d + 1, kappa[s1:e1])
+            own = a[s:e]
+            P = own + pchild[s:e]
+            c = own / P
+            kappa[s:e] = 1.0 / P
+            bad = np.isnan(c)
+            if bad.any():
+                c[bad] = own[bad] > 0
+            cself[s:e] = c
+        return cself, kappa, pchild
 
-    def _shares(self, kappa: np.ndarray, kchild: np.ndarray) -> np.ndarray:
-        """Top-down: the share ``kappa_c / kchild_p`` of a parent's correction that each
-        child takes; with infinite ``kchild_p`` the children of infinite variance split
-        it equally (the others take none)."""
+    def _shares(self, kappa: np.ndarray, pchild: np.ndarray) -> np.ndarray:
+        """Top-down: the share ``kappa_c / kchild_p = kappa_c pchild_p`` of a parent's
+        correction that each child takes; ``0 x inf`` (all children fixed) is none, and
+        with infinite ``kchild_p`` the children of infinite variance split it equally (the
+        others take none)."""
         f = self.forest
         share = np.zeros(f.n)
         for d in range(1, f.n_levels):
             s, e = f.level_bounds[d], f.level_bounds[d + 1]
-            kc = f._expand(d, kchild[f._parent_slices[d]])
             kk = kappa[s:e]
-            fin = np.isfinite(kc) & (kc > 0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                sh = np.where(fin, kk / kc, 0.0)
-            infp = ~np.isfinite(kc)
-            if infp.any():
-                n_inf = f._expand(d, f._block_sum(d, np.isinf(kk).astype(float)))
-                sh[infp] = np.where(np.isinf(kk[infp]), 1.0 / n_inf[infp], 0.0)
+            sh = kk * f._expand(d, pchild[f._parent_slices[d]])
+            bad = np.isnan(sh)
+            if bad.any():
+                infk = np.isinf(kk)
+                n_inf = f._expand(d, f._block_sum(d, infk.astype(float)))
+                sh[bad] = np.where(infk[bad], 1.0 / n_inf[bad], 0.0)
             share[s:e] = sh
         return share
 
@@ -465,6 +470,14 @@ class TreeLSQ:
             else:
                 x[s:e] += sh * f._expand(d, corr)
         return f._from_bfs(x)
+
+
+def _uniform_levels(lo_vals: np.ndarray, hi_vals: np.ndarray, starts: np.ndarray) -> list:
+    """Per level (BFS positions from ``starts``): its one value as a float when the minimum
+    of ``lo_vals`` equals the maximum of ``hi_vals`` over the level, else ``None``."""
+    lo = np.minimum.reduceat(lo_vals, starts)
+    hi = np.maximum.reduceat(hi_vals, starts)
+    return [float(u) if u == v else None for u, v in zip(lo.tolist(), hi.tolist())]
 
 
 def hay_projection(v: np.ndarray, branching: int) -> np.ndarray:
