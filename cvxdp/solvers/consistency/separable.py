@@ -245,7 +245,8 @@ class SeparableADMM(Splitting):
         pol = polish_separable(SeparablePoint(
             f=self.f, proj=self.proj, x=self.x, lam=self.rho * self.u, lam_dual=self.last_dual_point,
             rho=self.rho, constant=self.constant, eps_abs=self.s.eps_abs, eps_rel=self.s.eps_rel,
-            first=self.polish_first, later=() if thorough else self.polish_later))
+            first=self.polish_first, later=() if thorough else self.polish_later,
+            scheduled=not thorough))
         if pol.ok:
             self.polish_first = pol.variant
         self.polish_later = pol.failed
