@@ -219,3 +219,26 @@ def test_a_tiny_optimum_under_large_answers_gets_certified_multipliers():
     exact_opt = 1e6 * 2 * ((10000.0 - y.sum()) / 2) ** 2
     assert prob.value == pytest.approx(exact_opt, rel=1e-6)
     assert abs(x.value.sum() - 10000.0) <= 1e-9
+
+
+def test_the_face_polish_multiplier_bounds_at_a_total_of_1e7():
+    """The stress set's seed-19 ``local_scales`` instance 76: a 3 x 3 table and its one-way
+    margin, answers of 5e3-4e6, a total of 1e7, an optimum of 1.3621340307 (solved in exact
+    rational arithmetic; ``x >= 0`` inactive).  The face polish's multiplier was projected
+    once out of a conjugate-gradient drift 1e8 times its size; the rounding left, 2e-8 of it,
+    met cell offsets of 1e7 in the bound, which came out 0.4 % above the optimum (the answer
+    was ``optimal_inaccurate``, refused by the contract).  Projected twice: a bound below it,
+    certified."""
+    dom = cvxdp.Domain({"a0": 3, "a1": 3})
+    y01 = np.array([[1144996.073660361, 156409.11050058564, 1016061.2699142885],
+                    [4652.3185336755305, 372477.6464655897, 3772751.823771317],
+                    [912165.9138150249, 2427325.8955475786, 193161.4410366029]])
+    y0 = np.array([2317466.4652507496, 4149882.7599682636, 3532651.5578859695])
+    x01, x0 = cp.Variable((3, 3)), cp.Variable(3)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(x01 - y01) + cp.sum_squares(x0 - y0)),
+                      [cvxdp.LocalPolytope({("a0", "a1"): x01, ("a0",): x0}, dom, total=1e7)])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    es = prob.solver_stats.extra_stats
+    optimum = 1.3621340306861043
+    assert prob.status == cp.OPTIMAL
+    assert es["lower_bound"] <= optimum and prob.value == pytest.approx(optimum, rel=1e-6)
