@@ -74,8 +74,8 @@ EXACT = ("exact_isotonic", "exact_gls")
 SMALL = "consistency_small"
 #: ... and of one whose losses read the variables entrywise (not the general path); either
 #: may carry the loss kind its objective's atoms show (``"consistency_small/l1"``): then only
-#: that kind's families are compared (an L1 tree of 1,051 nodes is not held to the squared
-#: loss's crossover, 390 unknowns; its own is at 1,490)
+#: that kind's families are compared (an L1 model with entrywise losses is not held to the
+#: squared loss's limit, about 390 unknowns; its own is about 920)
 SMALL_SEPARABLE = "consistency_small_separable"
 #: the families :data:`SMALL` stands for (:data:`SMALL_SEPARABLE`: all but the general path)
 _CONSISTENCY = ("admm_tree/", "admm_general/", "admm_general_inside/", "admm_order/", "general_exact/",

@@ -242,3 +242,26 @@ def test_the_face_polish_multiplier_bounds_at_a_total_of_1e7():
     optimum = 1.3621340306861043
     assert prob.status == cp.OPTIMAL
     assert es["lower_bound"] <= optimum and prob.value == pytest.approx(optimum, rel=1e-6)
+
+
+def test_duals_from_the_bound_multiplier_at_a_total_of_1e7():
+    """The stress set's seed-19 ``local_scales`` instance 23: one 3 x 2 clique, answers of
+    2e5-3e6 under weights of 1,000, a total of 1e7.  The gap certified; the gradient
+    recomputed from the point carried 2e-6 of relative rounding (the point's 3e-10 on a
+    residual of 1.4e-4), which cells of 3e6 made into a linearised bound 1e-5 short: the answer
+    had no duals.  The duals are now read off the best bound's multiplier (``s = lam - tau``):
+    the total's multiplier ``-2e6 (N - sum y) / 6``, to the point's rounding, and they pass
+    the Lagrangian check against the optimum in rational arithmetic."""
+    from fractions import Fraction
+    y = np.array([[3024868.5873669004, 1945711.767886887], [1912355.0369432, 2196616.861234062],
+                  [716892.2013749921, 203555.5443419301]])
+    x = cp.Variable((3, 2))
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(1000.0 * (x - y))),
+                      [cvxdp.LocalPolytope({("a0", "a1"): x}, cvxdp.Domain({"a0": 3, "a1": 2}),
+                                           total=1e7)])
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM)
+    shift = (Fraction(10 ** 7) - sum(Fraction(float(v)) for v in y.ravel())) / 6
+    optimum = float(10 ** 6 * 6 * shift * shift)
+    assert prob.status == cp.OPTIMAL and prob.solver_stats.extra_stats["duals_certified"]
+    np.testing.assert_allclose(prob.constraints[0].dual_value, float(-2 * 10 ** 6 * shift), rtol=1e-5)
+    assert stress.dual_check(prob, optimum) == ("ok", "")

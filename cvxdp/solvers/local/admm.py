@@ -82,6 +82,9 @@ _RHO_RANGE = (1e-6, 1e6)
 _RHO_UPDATES = 20
 # the certificate (one bisection pass) runs every this many convergence checks
 _CERTIFY_EVERY = 5
+# the key under which a result carries the bound multiplier's duals to :func:`solve`
+_BOUND_DUALS = "marginals from the bound"
+_UNIT = np.finfo(float).eps / 2
 # iterations the multipliers may take beyond the certified gap, at least (measured on
 # coupled rows: 20-190 more, about as many again as the gap took; 2x missed 7 of 12 tests)
 _PURSUIT_ITERS = 300
@@ -108,8 +111,15 @@ def solve(problem: LocalProblem, settings: LocalSettings | None = None, *,
     else:
         res = _solve(problem, s, state, t0)
         res.info["eliminated"] = 0
-    # optimal without certified multipliers: a small problem's exact ones (:mod:`.exact`)
-    return exact_multipliers(problem, s, res, t0)
+    # optimal without certified multipliers: a small problem's exact ones (:mod:`.exact`),
+    # else those of the best bound's multiplier (:meth:`_Run._bound_multipliers`)
+    res = exact_multipliers(problem, s, res, t0)
+    fallback = res.duals.pop(_BOUND_DUALS, None)
+    if fallback is not None and not res.info.get("duals_certified"):
+        res.duals = {"marginals": fallback}
+        res.info["duals_certified"] = True
+        res.info["duals_source"] = "the best bound's multiplier"
+    return res
 
 
 def _solve(problem: LocalProblem, s: LocalSettings, state: dict | None, t0: float,
@@ -462,12 +472,17 @@ class _Run:
             self.certify()
         # (may polish, and so improve the point)
         y = self.y if self.y is not None else self.multipliers(status)
+        # the last resort, after the exact finish (:func:`solve`); it may replace the point
+        fallback = self._bound_multipliers() if y is None and status == R.OPTIMAL \
+            and self.s.duals else None
         f, x = self.best
         info = {"route": self.route, "rho": self.rho, "regions": len(p.graph.regions), "coupled_rows":
                 0 if p.Q is None else int(p.Q.shape[0]), "total": float(p.graph.totals(x)[0]),
                 "polish": dict(self.polish_info), "dual_newton": self.newton_info}
         duals = {"marginals": y} if y is not None else {}
         info["duals_certified"] = y is not None
+        if fallback is not None:
+            duals[_BOUND_DUALS] = fallback
         r_p, r_d, _, _ = self.residuals() if hasattr(self, "nu_prev") else (math.nan,) * 4
         return R.SolverResult(
             x=x, status=status, objective=f, lower_bound=self.lower, gap=self.gap(), duals=duals,
@@ -499,6 +514,49 @@ class _Run:
             for lam in (self.lam_best, self.polish_mu):
                 if y is None and lam is not None:
                     y = self._multipliers_from(self.best[1], _orthogonal(self.p, lam))
+        return y
+
+    def _bound_multipliers(self) -> np.ndarray | None:
+        """``-G`` at the minimiser of the best bound's Lagrangian (:func:`lower_bound` at
+        ``lam_best`` with a known total, squared rows only): its multiplier per cell is
+        ``s = lam - tau``, and ``-G_i = s_i`` where the minimiser ``x_i`` is positive,
+        ``A_i c_i`` where it is zero (at most ``s_i``).  Then ``min_mu f(mu) - <G, mu>`` is
+        that Lagrangian's minimum over the cells and ``min_{t in L(N)} <G, t> >= min <-s, t>``
+        (``G + s >= 0``, zero where ``x_i > 0``): the Lagrangian bound of these duals is at
+        least the bound, which certified the gap.  The linearised bound of the gradient
+        recomputed from the point cannot show it at large totals (one clique of six cells,
+        a total of 1e7 under weights of 1,000: the point's rounding, 3e-10, is 2e-6 of its
+        residual, met by cells of 3e6; the stress set's seed 19).  The last resort, after the
+        exact finish (:func:`solve`)."""
+        p, c = self.p, self.p.cells
+        if p.total is None or p.Q is not None or not c.smooth or self.lam_best is None:
+            return None
+        lam = _centred(p, self.lam_best)
+        lb = lower_bound(p, lam, [], p.total, self.total_max,
+                         raw=float(np.max(np.abs(self.lam_best), initial=0.0)))
+        if R.relative_gap(self.best[0], lb) > self.s.eps_rel:
+            return None
+        s = lam - _per_cell(p, _tau_root(p, lam, p.total, p.total))
+        x = c.argmin(c.A, c.C - s, p.total)
+        if np.any(x >= p.total) and p.graph.n > 1:
+            return None                          # a cell clipped at the total: not this case
+        y = np.where(x <= 0.0, np.minimum(c.A * c.c, s), s)
+        # ... with that minimiser, repaired into L(N), as the returned point when it is
+        # certified too: the duals are then its own gradient, to the repair's move and the
+        # rounding of the gradient (a point certified within eps_rel can be sqrt(eps_rel) off
+        # the optimum, and its gradient with it: seed 19's instance 23, 2e-3)
+        pt = mix(p.graph, p.graph.project(x, p.total), p.total)
+        f = p.loss.value(pt)
+        if R.relative_gap(f, lb) > self.s.eps_rel:
+            return None
+        # both to rounding: the minimiser consistent but for its rounding (the projection
+        # sums cells up to the total: the multiplier is the optimal one as far as the
+        # arithmetic can tell), the duals its gradient but for the move and the gradient's own
+        rounding = 16.0 * _UNIT * (np.abs(pt) + np.abs(c.c))
+        if np.any(np.abs(pt - x) > rounding + 16.0 * _UNIT * abs(p.total)) or \
+                np.any(np.abs(y - c.A * (c.c - pt)) > c.A * (np.abs(pt - x) + rounding)):
+            return None
+        self.best = (f, pt)
         return y
 
     def proximal_pursuit(self) -> np.ndarray | None:
