@@ -29,6 +29,8 @@ __all__ = ["kkt_scale", "loss_intervals", "order_matrix", "split_order", "has_eq
 _KINK_FACTOR = 1.0
 # Stationarity is required to this accuracy, relative to the size of the multipliers.
 _STATIONARITY_RTOL = 1e-7
+# relative rounding floor of a residual (cvxdp.methods.certify.ROUNDING, the contract's)
+_ROUNDING_FLOOR = 1e-12
 # A stationarity residual this small (relative to the multipliers) on a coordinate without
 # bounds is rounding, not a direction along which the Lagrangian falls.
 _ROUNDING_RESIDUAL = 1e-12
@@ -138,7 +140,11 @@ def kkt_check(data, x, duals, w, eps_abs: float, eps_rel: float) -> dict:
         out["reason"] = "missing or non-finite multipliers"
         return out
     scale = max(kkt_scale(data, x), float(np.max(np.abs(c), initial=0.0)))
-    tau = eps_abs
+    # a residual is known to eps_abs and to its rounding (the contract's floor, 1e-12 of its
+    # terms): at counts of 4e10 the residuals' rounding, 4e-6, put kinks "off" by 2e-6 and
+    # left a certified answer without duals (the stress set's seed 29)
+    tau = eps_abs + _ROUNDING_FLOOR * max(float(np.max(np.abs(x), initial=0.0)),
+                                          float(np.max(np.abs(data.y), initial=0.0)))
     lo, hi = loss_intervals(data, x, tau)
     stat = float(np.max(np.abs(data.M.T @ w + c), initial=0.0)) / scale
     sub = float(np.max(np.maximum(lo - w, w - hi), initial=0.0)) / scale
@@ -156,7 +162,7 @@ def kkt_check(data, x, duals, w, eps_abs: float, eps_rel: float) -> dict:
     out.update(stationarity=stat, subdifferential=sub, sign=neg / scale, complementarity=comp / scale)
     # a residual known to eps_abs gives a squared loss's multiplier to w2 eps_abs |M_i|_1
     rowsum = np.asarray(abs(data.M).sum(axis=1)).ravel()
-    floor = eps_abs * float(np.max(data.w2 * rowsum, initial=0.0)) / scale
+    floor = tau * float(np.max(data.w2 * rowsum, initial=0.0)) / scale
     tol = max(_STATIONARITY_RTOL, eps_rel)
     # and the multipliers must certify: the Lagrangian bound of an exactly dual-feasible
     # version of them (residual absorbed by the bound multipliers) closes the gap at x
