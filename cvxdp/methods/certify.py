@@ -26,12 +26,10 @@ import numpy as np
 import cvxpy as cp
 
 from ..solvers.result import (INFEASIBLE, INFEASIBLE_INACCURATE, OPTIMAL, OPTIMAL_INACCURATE,
-                              relative_gap)
+                              ROUNDING, relative_gap)
 
 __all__ = ["PointCheck", "check_point", "decide", "ROUNDING"]
 
-#: relative rounding floor of a violation: about 4,500 ulps of the constraint's magnitude
-ROUNDING = 1e-12
 
 _ATTRIBUTES = ("nonneg", "nonpos", "pos", "neg", "PSD", "NSD", "symmetric", "boolean",
                "integer", "bounds")

@@ -59,6 +59,12 @@ class SolverResult:
     state: dict[str, Any] = field(default_factory=dict)
 
 
+#: relative rounding floor of a violation or residual: about 4,500 ulps of the largest term of
+#: the constraint (the contract's, :func:`cvxdp.methods.certify.check_point`; the methods'
+#: own feasibility and KKT tests allow the same)
+ROUNDING = 1e-12
+
+
 def relative_gap(objective: float, lower_bound: float) -> float:
     """``(objective - lower_bound) / max(1, |objective|)``.
 

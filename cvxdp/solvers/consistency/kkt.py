@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from ..result import ROUNDING
 from .losses import SeparableLoss
 
 __all__ = ["kkt_scale", "loss_intervals", "order_matrix", "split_order", "has_eq", "has_chains",
@@ -29,8 +30,6 @@ __all__ = ["kkt_scale", "loss_intervals", "order_matrix", "split_order", "has_eq
 _KINK_FACTOR = 1.0
 # Stationarity is required to this accuracy, relative to the size of the multipliers.
 _STATIONARITY_RTOL = 1e-7
-# relative rounding floor of a residual (cvxdp.methods.certify.ROUNDING, the contract's)
-_ROUNDING_FLOOR = 1e-12
 # A stationarity residual this small (relative to the multipliers) on a coordinate without
 # bounds is rounding, not a direction along which the Lagrangian falls.
 _ROUNDING_RESIDUAL = 1e-12
@@ -143,7 +142,7 @@ def kkt_check(data, x, duals, w, eps_abs: float, eps_rel: float) -> dict:
     # a residual is known to eps_abs and to its rounding (the contract's floor, 1e-12 of its
     # terms): at counts of 4e10 the residuals' rounding, 4e-6, put kinks "off" by 2e-6 and
     # left a certified answer without duals (the stress set's seed 29)
-    tau = eps_abs + _ROUNDING_FLOOR * max(float(np.max(np.abs(x), initial=0.0)),
+    tau = eps_abs + ROUNDING * max(float(np.max(np.abs(x), initial=0.0)),
                                           float(np.max(np.abs(data.y), initial=0.0)))
     lo, hi = loss_intervals(data, x, tau)
     stat = float(np.max(np.abs(data.M.T @ w + c), initial=0.0)) / scale

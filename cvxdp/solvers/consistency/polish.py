@@ -32,6 +32,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from ..result import ROUNDING
 from .duals import forest_dual, separable_dual_value, separable_multipliers, subdifferential_box
 from .affine import AffineProjector, ForestProjector
 from .losses import SeparableLoss
@@ -54,8 +55,6 @@ _DUAL_MARGIN = 1e-3
 _POLISH_VARIANTS_MAX_N = 10_000_000
 # Active-set correction rounds before giving up on this iterate.
 _ROUNDS = 6
-# relative rounding floor of a residual, as in the contract (cvxdp.methods.certify.ROUNDING)
-_ROUNDING = 1e-12
 #: candidate order ``(use_dual, face)`` with pure-L1 coordinates (:func:`polish_separable`)
 #: and without (both orders measured alike there)
 _ORDER_L1 = ((False, True), (True, False), (False, False), (True, True))
@@ -131,6 +130,11 @@ class SeparablePoint:
     later: tuple = ()
     #: a scheduled try (the ADMM goes on): stop at the first candidate that gives a point
     scheduled: bool = False
+    #: the largest coefficient of ``A``'s rows (:func:`_feasible_tol`), read once
+    row_coefficient: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.row_coefficient = _row_coefficient(self.proj)
 
 
 def polish_separable(p: SeparablePoint) -> PolishResult:
@@ -265,18 +269,21 @@ def _max_residual(proj, x) -> float:
     return float(np.max(np.abs(proj.residual(x)), initial=0.0))
 
 
+def _row_coefficient(proj) -> float:
+    """The largest coefficient of the rows of ``A x = b`` (at least 1)."""
+    if isinstance(proj, ForestProjector):
+        return max(1.0, float(np.max(np.abs(proj.row_scale), initial=1.0)))
+    A = proj.A
+    return max(1.0, float(abs(A).max())) if (A.nnz if sp.issparse(A) else np.size(A)) else 1.0
+
+
 def _feasible_tol(p: SeparablePoint, x: np.ndarray) -> float:
     """``eps_abs`` plus the rounding floor of a residual of ``A x = b`` at ``x``: the
-    contract's (:data:`_ROUNDING` times the rows' largest term, here ``max |x|`` times the
-    largest coefficient).  Without it counts of 1e8-1e9 left the polish's exact point
-    "inconsistent" by 2e-6 to 8e-6, rounding, and the answer without duals (the stress set's
-    seed 29)."""
-    if isinstance(p.proj, ForestProjector):
-        coef = float(np.max(np.abs(p.proj.row_scale), initial=1.0))
-    else:
-        A = p.proj.A
-        coef = float(abs(A).max()) if (A.nnz if sp.issparse(A) else np.size(A)) else 1.0
-    return p.eps_abs + _ROUNDING * max(1.0, coef) * float(np.max(np.abs(x), initial=1.0))
+    contract's (:data:`cvxdp.solvers.result.ROUNDING` times the rows' largest term, here
+    ``max |x|`` times the largest coefficient, read once per polish).  Without it counts of
+    1e8-1e9 left the polish's exact point "inconsistent" by 2e-6 to 8e-6, rounding, and the
+    answer without duals (the stress set's seed 29)."""
+    return p.eps_abs + ROUNDING * p.row_coefficient * float(np.max(np.abs(x), initial=1.0))
 
 
 def _polish_separable_once(p: SeparablePoint, act: _ActiveSet, face: bool) -> PolishResult:
