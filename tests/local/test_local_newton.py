@@ -18,6 +18,7 @@ import cvxpy as cp
 
 import cvxdp
 from cvxdp.solvers.local import newton as local_newton
+from cvxdp.solvers.local import admm as local_admm
 from cvxdp.solvers.local.admm import LocalProblem
 from cvxdp.solvers.marginal.loss import LossTerm, MarginalLoss
 from cvxdp.solvers.local.region_graph import RegionGraph
@@ -108,12 +109,27 @@ def test_option_turns_it_off_and_admm_agrees():
 
 
 def test_admm_takes_over_when_it_stops_early(monkeypatch):
+    """Without the exact finish on the Newton's point (it would certify this squared-loss
+    model at once: next test), the ADMM goes on."""
     monkeypatch.setattr(local_newton, "_MAX_STEPS", 1)
+    monkeypatch.setattr(local_admm._Run, "active_set_finish", lambda self: False)
     inst = make(9, [2, 3, 2, 2], PAIRS4, loss="l2", noise=2.0)
     check(inst)
     info = newton_info(inst)
     assert info["iterations"] == 1 and not info["converged"]
     assert inst.prob.solver_stats.extra_stats["iterations"] > 1
+
+
+def test_the_newtons_point_is_finished_on_its_active_set(monkeypatch):
+    """A Newton stopped after one step: its point's active set (no cell at zero, squared
+    rows) gives the exact optimum in one solve, certified, with duals."""
+    monkeypatch.setattr(local_newton, "_MAX_STEPS", 1)
+    inst = make(9, [2, 3, 2, 2], PAIRS4, loss="l2", noise=2.0)
+    check(inst)
+    es = inst.prob.solver_stats.extra_stats
+    assert newton_info(inst)["iterations"] == 1
+    assert es["info"]["route"] == "dual Newton, then the active set of its point"
+    assert es["duals_certified"] and es["iterations"] == 1
 
 
 def test_bad_option_value_is_refused():

@@ -108,7 +108,7 @@ def _exact_duals(data: ConsistencyData, s: ADMMSettings, res: SolverResult, t0: 
     if not (res.status == R.OPTIMAL and s.duals and not res.info.get("duals_certified")
             and data.n <= _EXACT_DUALS_MAX and s.general_route == "auto" and s.polish):
         return res
-    out = general_exact.certified_rerun(data, s, t0)
+    out = general_exact.certified_rerun(data, s, t0, res.x)
     if out is None:
         return res
     out.info["route"] = f"{res.info.get('route')}, then {out.info.get('route')} for exact multipliers"
