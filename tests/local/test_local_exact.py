@@ -323,3 +323,16 @@ def test_from_point_finds_the_kinks_from_a_point_without_them():
     ref = cp.Problem(cp.Minimize(cp.norm1(z - y)), [cp.sum(z) == b[0], z >= 0])
     ref.solve(solver=cp.HIGHS)
     assert abs(out.objective - ref.value) <= 1e-9 * max(1.0, ref.value)
+
+
+def test_the_proximal_steps_offer_their_stalled_point_to_the_finish():
+    """Seed 19's instance 47: the proximal steps found the optimum's face by their 86th Newton
+    step and then went on to 238 with the gap stuck at 3e-2 (the ADMM then certified only
+    through the finish).  Offered their best point once a step stops improving it, they end
+    there: the route names the finish right after the proximal steps, with fewer steps."""
+    prob = _stress_instance(19, 47)
+    prob.solve(method="cvxdp", solver=cvxdp.ADMM, eps_abs=1e-6, eps_rel=1e-6)
+    es = prob.solver_stats.extra_stats
+    assert prob.status == cp.OPTIMAL and es["duals_certified"]
+    assert es["info"]["route"] == "proximal dual Newton, then the active set of its point"
+    assert es["iterations"] < 238

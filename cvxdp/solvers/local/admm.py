@@ -91,11 +91,11 @@ _PURSUIT_ITERS = 300
 # conjugate-gradient steps and relative tolerance of the x-update with coupled rows
 _CG_STEPS = 50
 # iterations that have not certified by this count try the exact solution on their point's
-# active set (:meth:`_Run.active_set_finish`), and again at twice the count, and so on: of
-# the stress set's 1,196 certified solves at seeds 17 and 19, 39 took 500 iterations or more
-# (at most 3,440, with coupled rows); those that stall at extreme scales ran to 10,000
-# (1.3-7.7 s on 4-56 cells)
-_FINISH_AFTER = 1000
+# active set (:meth:`_Run.active_set_finish`), and again at twice the count, and so on (one
+# factorisation each).  Of the stress set's 1,196 certified solves at seeds 17 and 19, 39 took
+# 500 iterations or more (at most 3,440, with coupled rows), 25 with this finish; those that
+# stall at extreme scales ran to 10,000 (1.3-7.7 s on 4-56 cells)
+_FINISH_AFTER = 250
 _CG_TOL = 1e-14
 
 _COLUMNS = [("iter", "d"), ("objective", ".6e"), ("lower bnd", ".6e"), ("rel gap", ".2e"),
@@ -346,15 +346,16 @@ class _Run:
                     self.y = self._multipliers_from(self.best[1], self.lam_last, at=at)
         return it
 
-    def active_set_finish(self) -> bool:
+    def active_set_finish(self, point: np.ndarray | None = None) -> bool:
         """Iterations that do not certify (the bound's rounding at extreme scales): the
-        exact solution on the active set of the best point
-        (:func:`cvxdp.solvers.local.exact.active_set_finish`).  When it certifies, it becomes
+        exact solution on the active set of ``point`` (default: the best point;
+        :func:`cvxdp.solvers.local.exact.active_set_finish`).  When it certifies, it becomes
         the point, its bound the lower bound, its multipliers the duals; ``True`` then."""
-        if self.best is None:
+        if point is None and self.best is None:
             return False
-        out = active_set_finish(self.p, self.s, self.best[1])
-        if out is None or out.objective > self.best[0] + self.s.eps_rel * max(1.0, abs(self.best[0])):
+        out = active_set_finish(self.p, self.s, self.best[1] if point is None else point)
+        if out is None or self.best is not None and \
+                out.objective > self.best[0] + self.s.eps_rel * max(1.0, abs(self.best[0])):
             return False
         self.best = (out.objective, out.x)
         self.lower = max(self.lower, out.lower_bound)
@@ -376,13 +377,22 @@ class _Run:
                     log=self.table.row, stop=stop)
         warm = self.newton_warm or {}
         if proximal:
+            # the proximal steps can crawl at extreme scales (a gap stuck at 3e-2 for 150 of
+            # 238 steps, 1.5 s, while the best point was already on the optimum's face)
             out = proximal_steps.solve(self.p, bound=self.bound_at, z0=warm.get("z"),
-                                       point0=warm.get("t"), **opts)
+                                       point0=warm.get("t"), finish=self.active_set_finish,
+                                       **opts)
         else:
             out = newton_steps.solve(self.p, z0=warm.get("z"), **opts)
         self.newton_info = {"iterations": out.iterations, "cg_steps": out.cg_steps,
                             "seconds": out.seconds, "converged": out.converged}
         self.history.extend(out.history)
+        if out.stopped == proximal_steps.FINISHED:       # best, bound and duals set by it
+            self.table.footer(f"dual semismooth Newton (proximal steps): {out.iterations} steps, "
+                              f"{out.cg_steps} CG steps, {out.seconds:.2f} s; the active set "
+                              f"of its point certified a gap of {self.gap():.1e}")
+            self.newton_end = {"z": out.z, "t": out.face}      # a warm start's
+            return R.OPTIMAL, out.iterations
         if self.best is None or out.objective < self.best[0]:
             self.best = (out.objective, out.x)
         if out.lower > self.lower:
