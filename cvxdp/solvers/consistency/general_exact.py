@@ -41,7 +41,7 @@ from .ipm import IPMResult, solve_qp as ipm_qp
 from .kkt import exact_dual_point, has_chains, has_eq, lagrangian_bound, order_matrix, split_order
 from .lp import constraints_feasible
 from .problem import ADMMSettings, ConsistencyData
-from ..result import SolverResult
+from ..result import SolverResult, relative_gap
 
 __all__ = ["applies", "run", "certified_rerun", "from_point", "solve_lp", "solve_qp", "polish", "ROUTE_LP",
            "ROUTE_LP_SIMPLEX", "ROUTE_QP", "ROUTE_ACTIVE"]
@@ -148,7 +148,15 @@ def from_point(data: ConsistencyData, x: np.ndarray, s: ADMMSettings) -> SolverR
     if out is None:
         return None
     xp, duals, w = out
-    return _certified(data, _result(data, xp, duals, R.OPTIMAL, ROUTE_ACTIVE, 0, t0), w, s)
+    res = _result(data, xp, duals, R.OPTIMAL, ROUTE_ACTIVE, 0, t0)
+    exact = exact_dual_point(data, duals, w)
+    # on the right active set the polish's multipliers are exact and their bound meets the
+    # objective; otherwise the full certificate (which may solve an LP for a bound) is not
+    # worth its cost here: the caller goes on
+    if exact is None or relative_gap(res.objective, lagrangian_bound(data, exact[0], exact[1])) \
+            > s.eps_rel:
+        return None
+    return _certified(data, res, w, s)
 
 
 def _finish(data, res: SolverResult, w, s, rounds: int | None = None) -> SolverResult | None:
