@@ -150,13 +150,13 @@ def from_point(data: ConsistencyData, x: np.ndarray, s: ADMMSettings) -> SolverR
     xp, duals, w = out
     res = _result(data, xp, duals, R.OPTIMAL, ROUTE_ACTIVE, 0, t0)
     exact = exact_dual_point(data, duals, w)
+    bound = lagrangian_bound(data, exact[0], exact[1]) if exact is not None else -math.inf
     # on the right active set the polish's multipliers are exact and their bound meets the
     # objective; otherwise the full certificate (which may solve an LP for a bound) is not
     # worth its cost here: the caller goes on
-    if exact is None or relative_gap(res.objective, lagrangian_bound(data, exact[0], exact[1])) \
-            > s.eps_rel:
+    if relative_gap(res.objective, bound) > s.eps_rel:
         return None
-    return _certified(data, res, w, s)
+    return _certified(data, res, w, s, bound)
 
 
 def _finish(data, res: SolverResult, w, s, rounds: int | None = None) -> SolverResult | None:
@@ -177,13 +177,14 @@ def _infeasible(route: str, t0: float, how: str) -> SolverResult:
                               "certificate": "lp", "route": route})
 
 
-def _certified(data, res: SolverResult, w, s) -> SolverResult | None:
+def _certified(data, res: SolverResult, w, s, bound: float | None = None) -> SolverResult | None:
     """``res`` through the family's certificate, with the Lagrangian bound of its own
-    multipliers as the starting lower bound; ``None`` unless ``optimal`` with certified
-    multipliers."""
-    exact = exact_dual_point(data, res.duals, w) if w is not None else None
-    if exact is not None:
-        res.lower_bound = max(res.lower_bound, lagrangian_bound(data, exact[0], exact[1]))
+    multipliers (``bound`` when the caller has it) as the starting lower bound; ``None``
+    unless ``optimal`` with certified multipliers."""
+    if bound is None:
+        exact = exact_dual_point(data, res.duals, w) if w is not None else None
+        bound = lagrangian_bound(data, exact[0], exact[1]) if exact is not None else -math.inf
+    res.lower_bound = max(res.lower_bound, bound)
     res = certify(data, res, s, w)
     if res.status == R.OPTIMAL and (res.info.get("duals_certified") or not s.duals):
         return res

@@ -59,7 +59,7 @@ from .repair import MarginFitter, SetRepair, mix
 from .tau import TAU_STEPS as _TAU_STEPS, per_cell as _per_cell, tau_bisect as _tau, \
     tau_root as _tau_root
 from ..marginal.loss import MarginalLoss
-from .exact import active_set_finish, exact_multipliers
+from .exact import EXACT_MAX, active_set_finish, consistency_data, exact_multipliers
 from .problem import LocalProblem, LocalSettings
 
 __all__ = ["LocalSettings", "LocalProblem", "solve", "lower_bound"]
@@ -90,13 +90,13 @@ _UNIT = np.finfo(float).eps / 2
 _PURSUIT_ITERS = 300
 # conjugate-gradient steps and relative tolerance of the x-update with coupled rows
 _CG_STEPS = 50
+_CG_TOL = 1e-14
 # iterations that have not certified by this count try the exact solution on their point's
 # active set (:meth:`_Run.active_set_finish`), and again at twice the count, and so on (one
 # factorisation each).  Of the stress set's 1,196 certified solves at seeds 17 and 19, 39 took
 # 500 iterations or more (at most 3,440, with coupled rows), 25 with this finish; those that
 # stall at extreme scales ran to 10,000 (1.3-7.7 s on 4-56 cells)
 _FINISH_AFTER = 250
-_CG_TOL = 1e-14
 
 _COLUMNS = [("iter", "d"), ("objective", ".6e"), ("lower bnd", ".6e"), ("rel gap", ".2e"),
             ("pri res", ".2e"), ("dua res", ".2e"), ("rho", ".2e"), ("time [s]", ".2f")]
@@ -195,6 +195,7 @@ class _Run:
         self.newton_end: dict | None = None
         self.t0 = time.perf_counter()
         self.finish_at = _FINISH_AFTER
+        self.exact_data = None           # p as the exact finish reads it, built at its first try
 
     # ------------------------------------------------------------------ iteration
     def x_update(self) -> None:
@@ -353,7 +354,10 @@ class _Run:
         the point, its bound the lower bound, its multipliers the duals; ``True`` then."""
         if point is None and self.best is None:
             return False
-        out = active_set_finish(self.p, self.s, self.best[1] if point is None else point)
+        if self.exact_data is None and self.p.graph.n <= EXACT_MAX:
+            self.exact_data = consistency_data(self.p)
+        out = active_set_finish(self.p, self.s, self.best[1] if point is None else point,
+                                self.exact_data)
         if out is None or self.best is not None and \
                 out.objective > self.best[0] + self.s.eps_rel * max(1.0, abs(self.best[0])):
             return False

@@ -127,17 +127,19 @@ def exact_multipliers(p: LocalProblem, s: LocalSettings, res: R.SolverResult,
     return res
 
 
-def active_set_finish(p: LocalProblem, s: LocalSettings, x: np.ndarray) -> R.SolverResult | None:
+def active_set_finish(p: LocalProblem, s: LocalSettings, x: np.ndarray,
+                      data: ConsistencyData | None = None) -> R.SolverResult | None:
     """The certified exact solution on the active set that ``x`` points at
     (:func:`~cvxdp.solvers.consistency.general_exact.from_point`), its constraint's dual
     ``-G`` in ``duals["marginals"]``; ``None`` when it does not certify (or ``p`` has more
     than :data:`EXACT_MAX` cells).  How iterations that stall short of the certified gap end
     (:class:`cvxdp.solvers.local.admm`): at extreme scales (cells of 1e6 under a total of
     1e7, an objective of 3-30) the bound's rounding keeps the gap above ``eps_rel`` for
-    10,000 iterations while the point's kinks and bounds are already exact."""
+    10,000 iterations while the point's kinks and bounds are already exact.  ``data``: ``p``
+    as :func:`consistency_data` gives it, when the caller keeps it across tries."""
     if p.graph.n > EXACT_MAX:
         return None
-    data = consistency_data(p)
+    data = consistency_data(p) if data is None else data
     out = general_exact.from_point(data, x, _settings(s))
     if out is None:
         return None
